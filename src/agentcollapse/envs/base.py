@@ -1,0 +1,96 @@
+"""The env contract every text environment follows (tests and the rollout rely on it).
+
+``reset(seed) -> str`` gives the first observation; ``step(action_text)`` takes the text inside
+``<answer>...</answer>`` (the rollout parses responses) and returns ``(observation, reward, done,
+info)`` with at least ``info["success"]`` and ``info["action_is_valid"]``. A turn that executes no
+valid action earns ``format_penalty`` (METHOD.md section 6). ``render_grid()`` is the state alone.
+``demonstration(rng, ...)`` is the planner's (reasoning, answer) for the current state, used to
+warm-start the tiny policy and as a reference solver in tests.
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from agentcollapse.envs.parsing import split_actions
+
+
+class TextEnv(ABC):
+    name: ClassVar[str]
+    max_turns: int = 5
+    max_actions_per_turn: int = 2
+    max_actions: int = 10
+    format_penalty: float = -0.1
+
+    def __init__(self) -> None:
+        self.turn = 0
+        self.actions_taken = 0
+        self.success = False
+        self.terminal = False
+
+    # -- contract -------------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def system_prompt(self) -> str:
+        """Task instructions shown once, as the system message."""
+
+    def reset(self, seed: int) -> str:
+        self.turn = 0
+        self.actions_taken = 0
+        self.success = False
+        self.terminal = False
+        self._reset(int(seed))
+        return self.observation()
+
+    def step(self, action_text: str) -> tuple[str, float, bool, dict[str, Any]]:
+        if self.done:
+            raise RuntimeError(f"{self.name}: step() after the episode ended; call reset(seed) first")
+        self.turn += 1
+        words = split_actions(action_text if isinstance(action_text, str) else "", self.max_actions_per_turn)
+        reward, n_valid, n_invalid = self._act(words)
+        if n_valid == 0:
+            reward += self.format_penalty
+        info = {
+            "success": self.success,
+            "action_is_valid": n_valid > 0 and n_invalid == 0,
+            "n_valid_actions": n_valid,
+            "n_invalid_actions": n_invalid,
+            "turn": self.turn,
+        }
+        return self.observation(), float(reward), self.done, info
+
+    @property
+    def done(self) -> bool:
+        return self.terminal or self.turn >= self.max_turns or self.actions_taken >= self.max_actions
+
+    @abstractmethod
+    def render_grid(self) -> str:
+        """The state alone, as text (a symbol grid for grid worlds)."""
+
+    @abstractmethod
+    def observation(self) -> str:
+        """What the policy reads this turn: the state in symbols plus coordinates."""
+
+    @abstractmethod
+    def demonstration(self, rng: random.Random, suboptimal_prob: float = 0.0) -> tuple[str, str]:
+        """Planner reasoning (grounded in the current state, varied wording) and answer text."""
+
+    def template_reasoning(self, rng: random.Random) -> str:
+        """Input-agnostic reasoning that would fit any state (the collapse attractor)."""
+        return rng.choice(self.templates)
+
+    templates: ClassVar[tuple[str, ...]] = (
+        "I should think about the best move and then act carefully .",
+        "Let me consider my options and choose a good move .",
+        "I will move carefully toward the goal .",
+    )
+
+    # -- env-specific ---------------------------------------------------------------------
+    @abstractmethod
+    def _reset(self, seed: int) -> None: ...
+
+    @abstractmethod
+    def _act(self, words: list[str]) -> tuple[float, int, int]:
+        """Execute action words in order until done; return (reward, n_valid, n_invalid)."""

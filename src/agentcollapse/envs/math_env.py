@@ -1,0 +1,219 @@
+"""Arithmetic word problems, generated offline, standing in for MetaMathQA (METHOD.md section 7).
+
+Single turn, single answer. ``difficulty`` sets the structure:
+  1: one operation on small numbers (2-10), in one of a few one-sentence stories;
+  2: a start amount and two operation sentences, numbers up to 20;
+  3: a start amount and three operation sentences, numbers up to 50 (larger factors).
+Every intermediate result is a positive integer (divisions are exact), so answers are integers.
+
+Reward 1 when the answer equals the solution after normalisation (spaces, thousands commas, a leading
+``$``, a trailing ``.`` and ``.0`` removed; ``\\boxed{...}`` unwrapped; fractions like ``7/2`` and
+decimals compared exactly), else 0. An answer that is not a number executes no valid action: reward
+0 plus the format penalty, with ``info["reason"]``.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, ClassVar
+
+from agentcollapse.envs import register
+from agentcollapse.envs.base import TextEnv
+from agentcollapse.errors import UserError
+
+NAMES = (("Tom", "he"), ("Sam", "he"), ("Ana", "she"), ("Mia", "she"))
+ITEMS = ("apples", "coins", "books", "marbles", "pencils")
+_NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d+)?|\.\d+)")
+_FRACTION = re.compile(r"([+-]?\d+)/(\d+)")
+_BOXED = re.compile(r"^\\boxed\{(.*)\}$")
+# Operand ranges and the cap on intermediate values per difficulty.
+_LEVELS = {1: (2, 10, 100), 2: (2, 20, 400), 3: (2, 50, 2000)}
+
+
+@dataclass(frozen=True)
+class MathProblem:
+    question: str
+    answer: int
+    start: int
+    steps: tuple[tuple[int, str, int, int], ...]  # (left, op, right, result) per operation
+    difficulty: int
+
+
+def normalize_answer(text: str) -> Fraction | None:
+    """The number an answer states, exactly, or None when it is not a plain number."""
+    if not isinstance(text, str):
+        return None
+    s = text.strip()
+    boxed = _BOXED.match(s)
+    if boxed:
+        s = boxed.group(1)
+    s = s.replace(" ", "").replace(",", "")
+    if s.startswith("$"):
+        s = s[1:]
+    elif s.startswith("-$") or s.startswith("+$"):
+        s = s[0] + s[2:]
+    s = s.rstrip(".")
+    if _NUMBER.fullmatch(s):
+        return Fraction(s)
+    fraction = _FRACTION.fullmatch(s)
+    if fraction and int(fraction.group(2)) != 0:
+        return Fraction(int(fraction.group(1)), int(fraction.group(2)))
+    return None
+
+
+def _one_step_problem(rng: random.Random) -> MathProblem:
+    lo, hi, _ = _LEVELS[1]
+    name, pron = rng.choice(NAMES)
+    item = rng.choice(ITEMS)
+    op = rng.choice("+-*/")
+    a, b = rng.randint(lo, hi), rng.randint(lo, hi)
+    if op == "+":
+        text = rng.choice(
+            (
+                f"{name} has {a} {item} and buys {b} more . How many {item} does {pron} have ?",
+                f"{name} has {a} {item} . A friend gives {b} more . How many {item} does {name} have now ?",
+            )
+        )
+        result = a + b
+    elif op == "-":
+        a, b = max(a, b) + 1, min(a, b)
+        text = rng.choice(
+            (
+                f"{name} has {a} {item} and gives {b} away . How many {item} are left ?",
+                f"{name} had {a} {item} and lost {b} . How many {item} does {pron} have now ?",
+            )
+        )
+        result = a - b
+    elif op == "*":
+        text = f"{name} buys {a} bags with {b} {item} in each bag . How many {item} does {pron} buy ?"
+        result = a * b
+    else:
+        a = a * b  # exact division
+        text = f"{name} shares {a} {item} equally among {b} friends . How many {item} does each friend get ?"
+        result = a // b
+    return MathProblem(text, result, a, ((a, op, b, result),), 1)
+
+
+def _chain_problem(rng: random.Random, difficulty: int) -> MathProblem:
+    lo, hi, cap = _LEVELS[difficulty]
+    name, pron = rng.choice(NAMES)
+    item = rng.choice(ITEMS)
+    value = start = rng.randint(lo + 3, hi)
+    sentences = [f"{name} has {value} {item} ."]
+    steps = []
+    while len(steps) < difficulty:
+        op = rng.choice("+-*/")
+        if op == "+":
+            b = rng.randint(lo, hi)
+            sentence = rng.choice((f"Then {pron} buys {b} more .", f"Then {pron} finds {b} more ."))
+        elif op == "-":
+            if value <= lo:
+                continue
+            b = rng.randint(lo - 1, min(hi, value - 1))
+            sentence = rng.choice((f"Then {pron} gives {b} away .", f"Then {pron} loses {b} ."))
+        elif op == "*":
+            b = rng.randint(2, 3 if difficulty < 3 else 5)
+            if value * b > cap:
+                continue
+            sentence = f"Then the number of {item} becomes {b} times as many ."
+        else:
+            divisors = [d for d in range(2, 6) if value % d == 0]
+            if not divisors:
+                continue
+            b = rng.choice(divisors)
+            sentence = f"Then {pron} splits them into {b} equal groups and keeps one group ."
+        result = {"+": value + b, "-": value - b, "*": value * b, "/": value // b}[op]
+        steps.append((value, op, b, result))
+        sentences.append(sentence)
+        value = result
+    sentences.append(f"How many {item} does {name} have now ?")
+    return MathProblem(" ".join(sentences), value, start, tuple(steps), difficulty)
+
+
+def generate_problem(rng: random.Random, difficulty: int) -> MathProblem:
+    return _one_step_problem(rng) if difficulty == 1 else _chain_problem(rng, difficulty)
+
+
+@register("math")
+class MathEnv(TextEnv):
+    name = "math"
+    max_turns = 1
+    max_actions = 1
+    max_actions_per_turn = 1
+    templates: ClassVar[tuple[str, ...]] = (
+        "I should read the problem carefully and compute the answer .",
+        "Let me work through the numbers step by step .",
+        "I will calculate carefully and give the final number .",
+    )
+
+    def __init__(self, difficulty: int = 1) -> None:
+        super().__init__()
+        if difficulty not in _LEVELS:
+            raise UserError(f"env.kwargs.difficulty={difficulty!r} must be 1, 2 or 3")
+        self.difficulty = int(difficulty)
+        self.problem: MathProblem | None = None
+        self._answer_text = ""
+        self._reason: str | None = None
+
+    def _reset(self, seed: int) -> None:
+        self.problem = generate_problem(random.Random(seed), self.difficulty)
+
+    def _require_problem(self) -> MathProblem:
+        if self.problem is None:
+            raise RuntimeError("math: call reset(seed) first")
+        return self.problem
+
+    # -- one answer -----------------------------------------------------------------------
+    def step(self, action_text: str) -> tuple[str, float, bool, dict[str, Any]]:
+        # The whole answer is one number: keep the raw text (the base class would split on "||").
+        self._answer_text = action_text if isinstance(action_text, str) else ""
+        self._reason = None
+        observation, reward, done, info = super().step(self._answer_text)
+        if self._reason is not None:
+            info["reason"] = self._reason
+        return observation, reward, done, info
+
+    def _act(self, words: list[str]) -> tuple[float, int, int]:
+        problem = self._require_problem()
+        value = normalize_answer(self._answer_text)
+        self.actions_taken += 1
+        self.terminal = True
+        if value is None:
+            self._reason = "the answer is not a number" if self._answer_text.strip() else "empty answer"
+            return 0.0, 0, 1
+        self.success = value == problem.answer
+        if not self.success:
+            self._reason = f"{self._answer_text.strip()} is not the right answer"
+        return (1.0 if self.success else 0.0), 1, 0
+
+    # -- text -----------------------------------------------------------------------------
+    @property
+    def system_prompt(self) -> str:
+        return (
+            "You are solving math word problems . Work out the answer step by step . "
+            "Answer with <think> your reasoning </think> <answer> a number </answer> , for example <answer> 12 </answer> ."
+        )
+
+    def render_grid(self) -> str:
+        return f"Question : {self._require_problem().question}"
+
+    def observation(self) -> str:
+        return f"{self.render_grid()}\nGive the answer as a single number ."
+
+    def demonstration(self, rng: random.Random, suboptimal_prob: float = 0.0) -> tuple[str, str]:
+        problem = self._require_problem()
+        calc = " , ".join(f"{a} {op} {b} = {r}" for a, op, b, r in problem.steps)
+        reasoning = " ".join(
+            (
+                rng.choice((f"Start with {problem.start} .", f"We begin at {problem.start} .", f"First there are {problem.start} .")),
+                rng.choice((f"{calc} .", f"Compute {calc} .", f"Step by step : {calc} .")),
+                rng.choice((f"So the answer is {problem.answer} .", f"That gives {problem.answer} .")),
+            )
+        )
+        answer = problem.answer
+        if rng.random() < suboptimal_prob:
+            answer = answer + rng.choice((-1, 1))
+        return reasoning, str(answer)

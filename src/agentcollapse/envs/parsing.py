@@ -1,0 +1,45 @@
+"""The shared response format: ``<think> Z </think><answer> A </answer>``.
+
+Generation starts right after a literal ``<think>`` appended to the context (METHOD.md section 3),
+so a response may or may not repeat the opening tag; both parse the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+ACTION_SEPARATOR = "||"
+_THINK = re.compile(r"^\s*(?:<think>)?(.*?)</think>", re.DOTALL)
+_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class ParsedResponse:
+    think: str  # reasoning text Z, stripped; "" when missing
+    answer: str  # text inside <answer>, stripped; "" when missing
+    format_valid: bool  # both blocks present, think before answer, nothing but whitespace between
+
+
+def parse_response(text: str) -> ParsedResponse:
+    """Split a model response into reasoning and answer; never raises."""
+    if not isinstance(text, str):
+        text = str(text)
+    think_match = _THINK.search(text)
+    think = think_match.group(1).strip() if think_match else ""
+    rest = text[think_match.end():] if think_match else text
+    answer_match = _ANSWER.search(rest)
+    answer = answer_match.group(1).strip() if answer_match else ""
+    format_valid = bool(
+        think_match
+        and answer_match
+        and "<think>" not in think
+        and rest[: answer_match.start()].strip() == ""
+    )
+    return ParsedResponse(think=think, answer=answer, format_valid=format_valid)
+
+
+def split_actions(answer: str, max_actions: int) -> list[str]:
+    """Action words of an answer, at most ``max_actions`` (extra ones are ignored, as in RAGEN)."""
+    parts = [p.strip() for p in answer.split(ACTION_SEPARATOR)]
+    return [p for p in parts if p][:max_actions]

@@ -1,0 +1,492 @@
+"""Sokoban as a multi-turn text game (METHOD.md section 7), with our own generator and planner.
+
+Levels come from reverse play: a room with a wall border and a few inner walls (3-6 in a 6x6 room;
+the floor stays connected), boxes placed on their targets, the player on a free cell, then
+``num_reverse_steps`` random reverse moves in which the player may pull the box behind it. A pull is
+a push played backwards, so every visited state is solvable. A BFS backwards from the solved states
+gives the exact shortest-solution length of every state; of the visited states that are not solved
+and can be solved within ``max_steps`` actions, the generator keeps one whose solution length is
+closest to a length drawn uniformly from 1..max_steps (so difficulties are spread), or draws a new
+room from the same seeded stream (``reset(seed)`` is deterministic).
+
+6x6 one-box levels form a small space (each room admits only a few dozen solvable states), so
+distinct seeds can, rarely, give the same level; seeds 0..499 give 500 different ones (tested).
+
+Rewards per executed action: -0.1 step, +1 box pushed onto a target, -1 box pushed off a target, +10
+when every box is on a target (episode ends, success). A move into a wall, or a push of a box into a
+wall or another box, changes nothing but still costs the step.
+
+Cells are (row, col) with row 0 at the top. Grid symbols: ``#`` wall, ``_`` floor, ``O`` target,
+``X`` box, ``√`` box on target, ``P`` player, ``S`` player on a target.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from typing import ClassVar, Iterable, Sequence
+
+from agentcollapse.envs import register
+from agentcollapse.envs.base import TextEnv
+from agentcollapse.errors import UserError
+
+ACTION_NAMES = ("Up", "Down", "Left", "Right")
+ACTIONS: dict[str, int] = {name.lower(): i for i, name in enumerate(ACTION_NAMES)}
+_DELTAS = ((-1, 0), (1, 0), (0, -1), (0, 1))
+_OPPOSITE = (1, 0, 3, 2)
+
+STEP_REWARD = -0.1
+BOX_ON_TARGET_REWARD = 1.0
+BOX_OFF_TARGET_REWARD = -1.0
+SOLVED_REWARD = 10.0
+
+_MAX_GENERATION_ATTEMPTS = 2000
+_MAX_SEARCH_STATES = 200_000
+_PULL_PROB = 0.8
+_KEEP_PULLING_PROB = 0.5
+
+State = tuple[int, frozenset[int]]  # (player cell, box cells); cells are flat indices r * width + c
+
+
+class _Room:
+    """Static part of a level: size, walls, targets, and a neighbour table over flat cell indices."""
+
+    def __init__(self, height: int, width: int, walls: Iterable[int], targets: Iterable[int]) -> None:
+        self.height, self.width = height, width
+        self.walls = frozenset(walls)
+        self.targets = frozenset(targets)
+        # nbr[cell][action] = the adjacent cell, or -1 when it is a wall or outside the room.
+        self.nbr: list[tuple[int, ...]] = []
+        for cell in range(height * width):
+            r, c = divmod(cell, width)
+            row = []
+            for dr, dc in _DELTAS:
+                rr, cc = r + dr, c + dc
+                inside = 0 <= rr < height and 0 <= cc < width
+                nxt = rr * width + cc
+                row.append(nxt if inside and nxt not in self.walls else -1)
+            self.nbr.append(tuple(row))
+
+    def rc(self, cell: int) -> tuple[int, int]:
+        return divmod(cell, self.width)
+
+
+def _push(room: _Room, player: int, boxes: frozenset[int], action: int) -> tuple[int, frozenset[int], int | None]:
+    """One forward move; returns (player, boxes, pushed-box origin or None). Blocked moves change nothing."""
+    nxt = room.nbr[player][action]
+    if nxt < 0:
+        return player, boxes, None
+    if nxt in boxes:
+        beyond = room.nbr[nxt][action]
+        if beyond < 0 or beyond in boxes:
+            return player, boxes, None
+        return nxt, (boxes - {nxt}) | {beyond}, nxt
+    return nxt, boxes, None
+
+
+def bfs_solve(room: _Room, player: int, boxes: frozenset[int], max_depth: int) -> list[int] | None:
+    """Shortest action-id sequence that puts every box on a target (BFS over (player, boxes))."""
+    targets = room.targets
+    if boxes <= targets:
+        return []
+    # Simple dead squares: a box in a non-target corner can never move again.
+    dead = set()
+    for cell in range(room.height * room.width):
+        if cell in room.walls or cell in targets:
+            continue
+        n = room.nbr[cell]
+        if (n[0] < 0 or n[1] < 0) and (n[2] < 0 or n[3] < 0):
+            dead.add(cell)
+    start: State = (player, boxes)
+    parents: dict[State, tuple[State, int] | None] = {start: None}
+    frontier = [start]
+    depth = 0
+    while frontier and depth < max_depth:
+        depth += 1
+        nxt_frontier = []
+        for state in frontier:
+            p, bx = state
+            for action in range(4):
+                np_, nb, pushed = _push(room, p, bx, action)
+                if np_ == p:
+                    continue
+                if pushed is not None and (nb - bx) & dead:
+                    continue
+                child = (np_, nb)
+                if child in parents:
+                    continue
+                parents[child] = (state, action)
+                if pushed is not None and nb <= targets:
+                    path = [action]
+                    cur = state
+                    while parents[cur] is not None:
+                        cur, a = parents[cur]  # type: ignore[misc]
+                        path.append(a)
+                    return path[::-1]
+                nxt_frontier.append(child)
+        if len(parents) > _MAX_SEARCH_STATES:
+            return None
+        frontier = nxt_frontier
+    return None
+
+
+def reverse_distances(room: _Room, max_depth: int) -> dict[State, int]:
+    """Shortest solution length of every state solvable in at most ``max_depth`` moves.
+
+    BFS from all solved states over reverse moves (the player steps to a free cell and may pull the
+    box behind it); a reverse move undoes exactly one forward move, so distances are exact.
+    """
+    targets = room.targets
+    free = [c for c in range(room.height * room.width) if c not in room.walls]
+    frontier: list[State] = [(p, targets) for p in free if p not in targets]
+    dist: dict[State, int] = {st: 0 for st in frontier}
+    for depth in range(1, max_depth + 1):
+        nxt_frontier = []
+        for player, boxes in frontier:
+            for action in range(4):
+                nxt = room.nbr[player][action]
+                if nxt < 0 or nxt in boxes:
+                    continue
+                children = [(nxt, boxes)]
+                behind = room.nbr[player][_OPPOSITE[action]]
+                if behind in boxes:
+                    children.append((nxt, (boxes - {behind}) | {player}))
+                for child in children:
+                    if child not in dist:
+                        dist[child] = depth
+                        nxt_frontier.append(child)
+        frontier = nxt_frontier
+        if len(dist) > _MAX_SEARCH_STATES:
+            break
+    return dist
+
+
+def _connected(cells: set[int], width: int) -> bool:
+    if not cells:
+        return False
+    start = next(iter(cells))
+    seen = {start}
+    queue = deque([start])
+    while queue:
+        cell = queue.popleft()
+        r, c = divmod(cell, width)
+        for dr, dc in _DELTAS:
+            nxt = (r + dr) * width + (c + dc)
+            if nxt in cells and nxt not in seen and 0 <= c + dc < width:
+                seen.add(nxt)
+                queue.append(nxt)
+    return len(seen) == len(cells)
+
+
+@register("sokoban")
+class SokobanEnv(TextEnv):
+    name = "sokoban"
+    templates: ClassVar[tuple[str, ...]] = (
+        "I should think about the best move and then push carefully .",
+        "Let me consider my options and choose a good direction .",
+        "I will move the box carefully toward the target .",
+        "I need to push the box onto the target , so I pick a good move .",
+    )
+
+    def __init__(
+        self,
+        dim_room: Sequence[int] = (6, 6),
+        num_boxes: int = 1,
+        max_steps: int = 10,
+        search_depth: int = 100,
+        num_reverse_steps: int = 100,
+        max_turns: int = 5,
+        max_actions_per_turn: int = 2,
+    ) -> None:
+        """``max_steps``: action budget per episode (also the longest shortest-solution a level may
+        have); ``num_reverse_steps``: random reverse moves per generation attempt; ``search_depth``:
+        depth limit of the BFS planner ``solve()``."""
+        super().__init__()
+        try:
+            height, width = (int(x) for x in dim_room)
+        except (TypeError, ValueError):
+            raise UserError(f"env.kwargs.dim_room={dim_room!r} must be two integers, e.g. [6, 6]") from None
+        if height < 3 or width < 3 or height * width > 400:
+            raise UserError(f"env.kwargs.dim_room={[height, width]} must be between [3, 3] and 400 cells, e.g. [6, 6]")
+        interior = (height - 2) * (width - 2)
+        if num_boxes < 1 or 2 * num_boxes + 2 > interior:
+            raise UserError(f"env.kwargs.num_boxes={num_boxes} does not fit a {height}x{width} room; use 1")
+        if max_steps < 1 or search_depth < 1 or num_reverse_steps < 1:
+            raise UserError("env.kwargs.max_steps, search_depth and num_reverse_steps must be >= 1")
+        if max_turns < 1 or max_actions_per_turn < 1:
+            raise UserError("env.kwargs.max_turns and max_actions_per_turn must be >= 1")
+        self.dim_room = (height, width)
+        self.num_boxes = int(num_boxes)
+        self.max_steps = int(max_steps)
+        self.max_actions = int(max_steps)
+        self.search_depth = int(search_depth)
+        self.num_reverse_steps = int(num_reverse_steps)
+        self.max_turns = int(max_turns)
+        self.max_actions_per_turn = int(max_actions_per_turn)
+        self.room: _Room | None = None
+        self.player = -1
+        self.boxes: frozenset[int] = frozenset()
+
+    # -- construction ---------------------------------------------------------------------
+    @classmethod
+    def from_layout(cls, text: str, **kwargs) -> "SokobanEnv":
+        """An env already reset to a hand-written level (symbols as in ``render_grid``; spaces optional).
+
+        Cells outside the given rows count as walls. Extra kwargs go to ``__init__`` (e.g. max_steps).
+        """
+        rows = ["".join(line.split()) for line in text.strip().splitlines() if line.strip()]
+        if not rows:
+            raise UserError("empty Sokoban layout")
+        width = max(len(r) for r in rows)
+        walls, targets, boxes, players = set(), set(), set(), []
+        for r, line in enumerate(rows):
+            for c, ch in enumerate(line.ljust(width, "#")):
+                cell = r * width + c
+                if ch == "#":
+                    walls.add(cell)
+                elif ch in "O√S":
+                    targets.add(cell)
+                elif ch not in "_XP":
+                    raise UserError(f"unknown Sokoban symbol {ch!r} at ({r}, {c}); use # _ O X √ P S")
+                if ch in "X√":
+                    boxes.add(cell)
+                if ch in "PS":
+                    players.append(cell)
+        if len(players) != 1:
+            raise UserError(f"a Sokoban layout needs exactly one player (P or S), found {len(players)}")
+        if not boxes or len(boxes) != len(targets):
+            raise UserError(f"a Sokoban layout needs as many boxes as targets (found {len(boxes)} and {len(targets)})")
+        env = cls(**kwargs)
+        env.dim_room, env.num_boxes = (len(rows), width), len(boxes)
+        env.room = _Room(len(rows), width, walls, targets)
+        env.player, env.boxes = players[0], frozenset(boxes)
+        env.turn = env.actions_taken = 0
+        env.success = env.terminal = False
+        return env
+
+    def _reset(self, seed: int) -> None:
+        self.room, self.player, self.boxes = self._generate(random.Random(seed))
+
+    def _generate(self, rng: random.Random) -> tuple[_Room, int, frozenset[int]]:
+        height, width = self.dim_room
+        border = {r * width + c for r in range(height) for c in range(width) if r in (0, height - 1) or c in (0, width - 1)}
+        interior = [r * width + c for r in range(1, height - 1) for c in range(1, width - 1)]
+        min_floor = 2 * self.num_boxes + 2
+        for _ in range(_MAX_GENERATION_ATTEMPTS):
+            floor = set(interior)
+            n_walls = rng.randint(len(interior) // 5, len(interior) // 3 + 1)  # 3..6 inner walls in a 6x6 room
+            for _ in range(4 * n_walls):
+                if len(floor) <= max(min_floor, len(interior) - n_walls):
+                    break
+                cell = rng.choice(interior)
+                if cell in floor and _connected(floor - {cell}, width):
+                    floor.discard(cell)
+            cells = sorted(floor)
+            targets = rng.sample(cells, self.num_boxes)
+            room = _Room(height, width, border | (set(interior) - floor), targets)
+            # Exact solution lengths (up to max_steps) of every state, by BFS backwards from the solved ones.
+            dist = reverse_distances(room, self.max_steps)
+            # Reverse play: a random walk that pulls the box behind the player most of the time.
+            origin = set(targets)
+            player = rng.choice([c for c in cells if c not in origin])
+            seen: set[State] = set()
+            pulled_last = -1
+            for _ in range(self.num_reverse_steps):
+                # Keep pulling the same way half of the time, so boxes travel more than one cell.
+                action = pulled_last if pulled_last >= 0 and rng.random() < _KEEP_PULLING_PROB else rng.randrange(4)
+                pulled_last = -1
+                nxt = room.nbr[player][action]
+                if nxt < 0 or nxt in origin:
+                    continue
+                behind = room.nbr[player][_OPPOSITE[action]]
+                if behind in origin and rng.random() < _PULL_PROB:
+                    origin.discard(behind)
+                    origin.add(player)
+                    pulled_last = action
+                player = nxt
+                seen.add((player, frozenset(origin)))
+            # Of the visited states solvable within the budget, keep one whose solution length is
+            # closest to a length drawn uniformly from 1..max_steps (a spread of difficulties).
+            candidates = sorted((st for st in seen if dist.get(st, 0) > 0), key=lambda st: (st[0], sorted(st[1])))
+            if not candidates:
+                continue
+            want = rng.randint(1, self.max_steps)
+            gap = min(abs(dist[st] - want) for st in candidates)
+            player, boxes = rng.choice([st for st in candidates if abs(dist[st] - want) == gap])
+            return room, player, boxes
+        raise UserError(
+            f"could not generate a Sokoban level solvable in max_steps={self.max_steps} "
+            f"(dim_room={list(self.dim_room)}, num_boxes={self.num_boxes}); raise max_steps or shrink the room"
+        )
+
+    # -- dynamics -------------------------------------------------------------------------
+    def _act(self, words: list[str]) -> tuple[float, int, int]:
+        room = self._require_room()
+        reward, n_valid, n_invalid = 0.0, 0, 0
+        for word in words:
+            action = ACTIONS.get(word.strip().lower())
+            if action is None:
+                n_invalid += 1
+                continue
+            if self.terminal or self.actions_taken >= self.max_actions:
+                break
+            n_valid += 1
+            self.actions_taken += 1
+            reward += STEP_REWARD
+            player, boxes, pushed = _push(room, self.player, self.boxes, action)
+            if pushed is not None:
+                landed = next(iter(boxes - self.boxes))
+                was_on, now_on = pushed in room.targets, landed in room.targets
+                if now_on and not was_on:
+                    reward += BOX_ON_TARGET_REWARD
+                elif was_on and not now_on:
+                    reward += BOX_OFF_TARGET_REWARD
+            self.player, self.boxes = player, boxes
+            if self.boxes <= room.targets:
+                reward += SOLVED_REWARD
+                self.terminal = True
+                self.success = True
+        return reward, n_valid, n_invalid
+
+    # -- text -----------------------------------------------------------------------------
+    @property
+    def system_prompt(self) -> str:
+        return (
+            "You are solving Sokoban . Push every box X onto a target O by walking into it . "
+            "# is a wall , _ is floor , √ is a box on a target , P is you , S is you on a target . "
+            "Positions are ( row , col ) with row 0 at the top . "
+            "Answer with <think> your reasoning </think> <answer> actions </answer> . "
+            "Actions are Up , Down , Left , Right ; give one or two actions separated by || ."
+        )
+
+    def _require_room(self) -> _Room:
+        if self.room is None:
+            raise RuntimeError("sokoban: call reset(seed) first")
+        return self.room
+
+    @property
+    def position(self) -> tuple[int, int]:
+        return self._require_room().rc(self.player)
+
+    @property
+    def box_positions(self) -> list[tuple[int, int]]:
+        room = self._require_room()
+        return [room.rc(b) for b in sorted(self.boxes)]
+
+    @property
+    def target_positions(self) -> list[tuple[int, int]]:
+        room = self._require_room()
+        return [room.rc(t) for t in sorted(room.targets)]
+
+    def render_grid(self) -> str:
+        room = self._require_room()
+        rows = []
+        for r in range(room.height):
+            cells = []
+            for c in range(room.width):
+                cell = r * room.width + c
+                on_target = cell in room.targets
+                if cell in room.walls:
+                    cells.append("#")
+                elif cell == self.player:
+                    cells.append("S" if on_target else "P")
+                elif cell in self.boxes:
+                    cells.append("√" if on_target else "X")
+                else:
+                    cells.append("O" if on_target else "_")
+            rows.append(" ".join(cells))
+        return "\n".join(rows)
+
+    def neighbours(self) -> dict[str, str]:
+        """What lies one step in each direction: wall, box, target or floor."""
+        room = self._require_room()
+        out = {}
+        for action in range(4):
+            nxt = room.nbr[self.player][action]
+            if nxt < 0:
+                what = "wall"
+            elif nxt in self.boxes:
+                what = "box"
+            elif nxt in room.targets:
+                what = "target"
+            else:
+                what = "floor"
+            out[ACTION_NAMES[action].lower()] = what
+        return out
+
+    def observation(self) -> str:
+        row, col = self.position
+        boxes = " , ".join(_fmt(p) for p in self.box_positions)
+        targets = " , ".join(_fmt(p) for p in self.target_positions)
+        box_word, target_word = ("Box", "Target") if len(self.boxes) == 1 else ("Boxes", "Targets")
+        around = " , ".join(f"{d} {what}" for d, what in self.neighbours().items())
+        left = self.max_actions - self.actions_taken
+        return (
+            f"{self.render_grid()}\n"
+            f"You are at {_fmt((row, col))} . {box_word} at {boxes} . {target_word} at {targets} .\n"
+            f"Around you : {around} . Actions left : {left} ."
+        )
+
+    # -- planner --------------------------------------------------------------------------
+    def solve(self) -> list[str] | None:
+        """Action words of a shortest solution from the current state ([] if solved, None if none
+        within ``search_depth`` moves)."""
+        room = self._require_room()
+        plan = bfs_solve(room, self.player, self.boxes, self.search_depth)
+        return None if plan is None else [ACTION_NAMES[a] for a in plan]
+
+    def demonstration(self, rng: random.Random, suboptimal_prob: float = 0.0) -> tuple[str, str]:
+        room = self._require_room()
+        plan = bfs_solve(room, self.player, self.boxes, self.search_depth)
+        me = _fmt(self.position)
+        if not plan:
+            box = _fmt(self.box_positions[0])
+            action = rng.randrange(4)
+            reasoning = rng.choice(
+                (
+                    f"The box at {box} is stuck , no push reaches the target . I just move {ACTION_NAMES[action].lower()} .",
+                    f"From {me} I cannot bring the box {box} to a target any more , so I try {ACTION_NAMES[action].lower()} .",
+                )
+            )
+            return reasoning, ACTION_NAMES[action]
+        n_moves = max(1, min(len(plan), self.max_actions_per_turn, self.max_actions - self.actions_taken))
+        actions = list(plan[:n_moves])
+        if rng.random() < suboptimal_prob:
+            actions[0] = rng.choice([a for a in range(4) if a != actions[0]])
+
+        # The next push in the plan: which box, which way, and the target nearest to it.
+        player, boxes, push_box, push_dir = self.player, self.boxes, None, plan[0]
+        for action in plan:
+            player, new_boxes, pushed = _push(room, player, boxes, action)
+            if pushed is not None:
+                push_box, push_dir = pushed, action
+                break
+            boxes = new_boxes
+        if push_box is None:  # cannot happen for a non-empty plan, kept for safety
+            push_box = next(iter(self.boxes))
+        target = min(room.targets, key=lambda t: abs(room.rc(t)[0] - room.rc(push_box)[0]) + abs(room.rc(t)[1] - room.rc(push_box)[1]))
+        box, goal = _fmt(room.rc(push_box)), _fmt(room.rc(target))
+        push_word = ACTION_NAMES[push_dir].lower()
+        moves = " then ".join(ACTION_NAMES[a].lower() for a in plan[:n_moves])
+        parts = [
+            rng.choice(
+                (
+                    f"I am at {me} , box at {box} , target at {goal} .",
+                    f"Player {me} , box {box} , target {goal} .",
+                    f"The box {box} must reach the target {goal} ; I stand at {me} .",
+                )
+            ),
+            rng.choice(
+                (
+                    f"The box has to go {push_word} .",
+                    f"I need to push it {push_word} .",
+                    f"Pushing {push_word} brings it closer .",
+                )
+            ),
+            rng.choice((f"So I move {moves} .", f"Next : {moves} .", f"I will go {moves} .")),
+        ]
+        return " ".join(parts), " || ".join(ACTION_NAMES[a] for a in actions)
+
+
+def _fmt(pos: tuple[int, int]) -> str:
+    return f"( {pos[0]} , {pos[1]} )"
