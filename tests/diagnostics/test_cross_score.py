@@ -1,0 +1,103 @@
+import pytest
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from agentcollapse.diagnostics import cross_score, naive_cross_score
+
+torch.set_num_threads(1)
+
+VOCAB = 50
+
+
+def _tiny_llama(seed: int = 0) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,  # GQA: exercises the cache head layout
+        max_position_embeddings=128,
+    )
+    return LlamaForCausalLM(cfg)
+
+
+def _ragged():
+    g = torch.Generator().manual_seed(1)
+    contexts = [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in (3, 9, 1, 5)]
+    contexts.append(list(contexts[0]))  # duplicate context (shares the cache internally)
+    traces = [torch.randint(0, VOCAB, (n,), generator=g).tolist() for n in (4, 1, 11, 2, 6, 0, 3)]
+    return contexts, traces
+
+
+def test_cached_matches_naive_ragged_batched():
+    model = _tiny_llama()
+    contexts, traces = _ragged()
+    naive = naive_cross_score(model, contexts, traces)
+    cached = cross_score(model, contexts, traces, batch_size=3)  # 7 traces -> 3 batches
+    assert cached.shape == (len(traces), len(contexts))
+    assert cached.dtype == torch.float32 and cached.device.type == "cpu"
+    torch.testing.assert_close(cached, naive, atol=1e-4, rtol=0)
+    # empty trace scores 0, non-empty traces have negative log-likelihood
+    assert torch.all(cached[5] == 0)
+    assert torch.all(cached[[0, 1, 2, 3, 4, 6]] < 0)
+    # identical contexts give identical columns; different contexts differ
+    torch.testing.assert_close(cached[:, 0], cached[:, 4])
+    assert not torch.allclose(cached[:, 0], cached[:, 1])
+
+
+def test_single_token_trace_uses_context_last_logit():
+    model = _tiny_llama()
+    ctx, tok = [4, 7, 9], 13
+    with torch.no_grad():
+        ref = torch.log_softmax(model(torch.tensor([ctx])).logits[0, -1], -1)[tok]
+    got = cross_score(model, [ctx], [[tok]])
+    assert abs(float(got[0, 0]) - float(ref)) < 1e-5
+
+
+def test_context_cache_not_mutated_and_batch_size_invariant():
+    model = _tiny_llama()
+    contexts, traces = _ragged()
+    a = cross_score(model, contexts, traces, batch_size=2)
+    b = cross_score(model, contexts, traces, batch_size=2)
+    c = cross_score(model, contexts, traces, batch_size=1)
+    d = cross_score(model, contexts, traces, batch_size=64)
+    assert torch.equal(a, b)
+    torch.testing.assert_close(a, c, atol=1e-5, rtol=0)
+    torch.testing.assert_close(a, d, atol=1e-5, rtol=0)
+
+
+def test_lora_adapter_cached_matches_naive_and_mode_restored():
+    from peft import LoraConfig, get_peft_model
+
+    contexts, traces = _ragged()
+    base_scores = cross_score(_tiny_llama(), contexts, traces, batch_size=3)
+    peft_model = get_peft_model(
+        _tiny_llama(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
+    peft_model.train()
+    cached = cross_score(peft_model, contexts, traces, batch_size=3)
+    assert peft_model.training and all(m.training for m in peft_model.modules())
+    naive = naive_cross_score(peft_model, contexts, traces)
+    torch.testing.assert_close(cached, naive, atol=1e-4, rtol=0)
+    # the adapter really changes the scores
+    assert (cached - base_scores).abs().max() > 1e-3
+
+
+def test_eval_mode_restored_per_module():
+    model = _tiny_llama()
+    model.train()
+    model.model.layers[0].eval()  # mixed flags must be restored exactly
+    cross_score(model, [[1, 2]], [[3, 4]])
+    assert model.training and not model.model.layers[0].training and model.model.layers[1].training
+
+
+def test_edge_cases():
+    model = _tiny_llama()
+    out = cross_score(model, [[1, 2], [3]], [])
+    assert out.shape == (0, 2) and out.dtype == torch.float32
+    assert naive_cross_score(model, [[1, 2], [3]], []).shape == (0, 2)
+    assert cross_score(model, [], [[1, 2]]).shape == (1, 0)
+    with pytest.raises(ValueError):
+        cross_score(model, [[]], [[1]])
