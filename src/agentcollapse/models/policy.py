@@ -1,0 +1,85 @@
+"""Load the policy named by the config (tiny, smollm2-135m, or any local causal LM) and wrap it in LoRA.
+
+The reference policy for KL is the same model with the adapter disabled (``model.disable_adapter()``),
+so no second copy of the weights is held.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from peft import LoraConfig as PeftLoraConfig
+from peft import PeftModel, get_peft_model
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from agentcollapse.config import EnvConfig, ModelConfig
+from agentcollapse.errors import UserError
+from agentcollapse.models.tiny import build_tiny_policy, load_tokenizer
+from agentcollapse.rollout.runner import Policy
+
+MODEL_NAMES = ("tiny", "smollm2-135m", "hf")
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_model_dir(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.PathLike) -> Path:
+    """The local directory of the base model, building or converting it first when needed."""
+    if model_cfg.path:
+        return check_causal_lm_dir(model_cfg.path)
+    if model_cfg.name == "tiny":
+        return build_tiny_policy(model_cfg, env_cfg, cache_dir)
+    if model_cfg.name == "smollm2-135m":
+        from agentcollapse.models.smollm2 import smollm2_dir
+
+        return smollm2_dir(cache_dir)
+    if model_cfg.name == "hf":
+        raise UserError("model=hf needs model.path=<local Hugging Face model directory>")
+    raise UserError(f"unknown model {model_cfg.name!r}; valid models: {', '.join(MODEL_NAMES)} (or set model.path=<dir>)")
+
+
+def check_causal_lm_dir(path: str | os.PathLike) -> Path:
+    p = Path(path).expanduser()
+    if not p.is_dir():
+        raise UserError(f"model.path={path} does not exist; give a local Hugging Face model directory")
+    try:
+        config = AutoConfig.from_pretrained(str(p), local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"model.path={path} has no usable config.json ({str(exc).splitlines()[0]})") from None
+    archs = getattr(config, "architectures", None) or []
+    if archs and not any(a.endswith("ForCausalLM") for a in archs):
+        raise UserError(f"model.path={path} is a {archs[0]}, not a causal LM; give a *ForCausalLM checkpoint")
+    return p
+
+
+def load_policy(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.PathLike, seed: int = 0) -> Policy:
+    model_dir = resolve_model_dir(model_cfg, env_cfg, cache_dir)
+    dtype = _DTYPES.get(model_cfg.dtype)
+    if dtype is None:
+        raise UserError(f"model.dtype={model_cfg.dtype!r} is not one of {', '.join(_DTYPES)}")
+    try:
+        tokenizer = load_tokenizer(model_dir)
+        base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, local_files_only=True)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"could not load a causal LM from {model_dir}: {str(exc).splitlines()[0]}") from None
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    for p in base.parameters():
+        p.requires_grad_(False)
+    torch.manual_seed(seed)  # LoRA init is random: tie it to the run seed
+    lora = model_cfg.lora
+    model = get_peft_model(
+        base,
+        PeftLoraConfig(
+            r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules), bias="none"
+        ),
+    )
+    return Policy(model=model, tokenizer=tokenizer)
+
+
+def is_peft(model: torch.nn.Module) -> bool:
+    return isinstance(model, PeftModel)
+
+
+__all__ = ["load_policy", "resolve_model_dir", "check_causal_lm_dir", "MODEL_NAMES"]

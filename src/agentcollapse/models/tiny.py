@@ -1,0 +1,230 @@
+"""The default policy: a tiny Llama built and warm-started here, offline and deterministically.
+
+Warm start = supervised fine-tuning on planner demonstrations whose reasoning names the real state
+(position, goal, neighbouring holes) in varied wording, with a share of random actions (headroom for
+RL) and a share of input-agnostic template reasoning (so template collapse is a reachable attractor).
+The result is cached on disk under a key made of everything that shapes it; ``force=True`` rebuilds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from agentcollapse import envs
+from agentcollapse.config import EnvConfig, ModelConfig
+from agentcollapse.errors import UserError
+from agentcollapse.models.tokenizer import build_tokenizer
+from agentcollapse.rollout.context import (
+    assistant_message,
+    encode,
+    first_user_message,
+    format_response,
+    next_user_message,
+    render_context,
+)
+
+log = logging.getLogger(__name__)
+BUILD_VERSION = 1  # bump when the build recipe changes, so caches rebuild
+WARM_START_SEED_BASE = 50_000_000  # demonstration maps never overlap training or held-out seeds
+
+
+def cache_key(model_cfg: ModelConfig, env_cfg: EnvConfig) -> str:
+    spec = {
+        "version": BUILD_VERSION,
+        "env": {"name": env_cfg.name, "kwargs": dict(env_cfg.kwargs)},
+        "arch": [model_cfg.hidden_size, model_cfg.num_layers, model_cfg.num_heads, model_cfg.intermediate_size],
+        "warm_start": asdict(model_cfg.warm_start) if not isinstance(model_cfg.warm_start, dict) else model_cfg.warm_start,
+    }
+    blob = json.dumps(spec, sort_keys=True, default=str)
+    return f"tiny-{env_cfg.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
+
+
+def demonstration_episodes(
+    env_cfg: EnvConfig, episodes: int, suboptimal_prob: float, template_prob: float, seed: int
+) -> tuple[str, list[list[tuple[str, str]]]]:
+    """Planner-played episodes as (context text, response text) per turn, plus the system prompt."""
+    rng = random.Random(seed)
+    env = envs.make(env_cfg.name, **dict(env_cfg.kwargs))
+    out = []
+    for i in range(episodes):
+        obs = env.reset(WARM_START_SEED_BASE + seed * 1_000_003 + i)
+        messages = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": first_user_message(obs)}]
+        turns = []
+        while not env.done:
+            think, answer = env.demonstration(rng, suboptimal_prob)
+            if rng.random() < template_prob:
+                think = env.template_reasoning(rng)
+            response = format_response(think, answer)
+            turns.append((messages, response))
+            obs, reward, _, _ = env.step(answer)
+            messages = messages + [
+                {"role": "assistant", "content": assistant_message(response)},
+                {"role": "user", "content": next_user_message(env.turn + 1, reward, obs)},
+            ]
+        out.append(turns)
+    return env.system_prompt, out  # type: ignore[return-value]
+
+
+def _episode_sequence(tokenizer: Any, turns: list[tuple[list[dict[str, str]], str]]) -> tuple[list[int], list[int]]:
+    """One token sequence per episode with a loss mask over every response (contexts are prefixes)."""
+    last_messages, last_response = turns[-1]
+    ids = encode(tokenizer, render_context(tokenizer, last_messages)) + encode(tokenizer, last_response)
+    mask = [0] * len(ids)
+    for messages, response in turns:
+        ctx = encode(tokenizer, render_context(tokenizer, messages))
+        resp = encode(tokenizer, response)
+        if ids[: len(ctx) + len(resp)] != ctx + resp:
+            raise RuntimeError("warm start: multi-turn context is not prefix-consistent for this tokenizer")
+        for j in range(len(ctx), len(ctx) + len(resp)):
+            mask[j] = 1
+    return ids, mask
+
+
+def weights_hash(model: torch.nn.Module) -> str:
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def build_tiny_policy(
+    model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.PathLike, force: bool = False, progress: bool = True
+) -> Path:
+    """Directory holding the warm-started tiny model and its tokenizer; built once, then cached."""
+    root = Path(cache_dir).expanduser()
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise UserError(f"cache directory {root} is not writable ({exc.strerror}); set cache_dir=... or AGENTCOLLAPSE_CACHE") from None
+    target = root / cache_key(model_cfg, env_cfg)
+    if (target / "meta.json").exists() and not force:
+        return target
+    ws = model_cfg.warm_start
+    started = time.time()
+    torch.manual_seed(ws.seed)
+    system_prompt, episodes = demonstration_episodes(env_cfg, ws.episodes, ws.suboptimal_prob, ws.template_prob, ws.seed)
+    env = envs.make(env_cfg.name, **dict(env_cfg.kwargs))
+    corpus = [system_prompt, *env.templates, "Turn Reward : - . \n"]
+    corpus += [m["content"] for turns in episodes for messages, resp in turns for m in messages] + [
+        resp for turns in episodes for _, resp in turns
+    ]
+    tokenizer = build_tokenizer(corpus)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=model_cfg.hidden_size,
+        intermediate_size=model_cfg.intermediate_size,
+        num_hidden_layers=model_cfg.num_layers,
+        num_attention_heads=model_cfg.num_heads,
+        num_key_value_heads=model_cfg.num_heads,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = LlamaForCausalLM(config)
+    sequences = [_episode_sequence(tokenizer, turns) for turns in episodes]
+    final_loss = _supervised_fine_tune(
+        model, sequences, ws.steps, ws.batch_size, ws.lr, ws.seed, tokenizer.pad_token_id, progress, ws.context_loss_weight
+    )
+    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    meta = {
+        "key": target.name,
+        "params": sum(p.numel() for p in model.parameters()),
+        "final_sft_loss": final_loss,
+        "weights_sha256": weights_hash(model),
+        "build_seconds": round(time.time() - started, 1),
+        "env": env_cfg.name,
+    }
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(tmp, target)  # atomic: a crash never leaves a half-built model under the key
+    log.info("built tiny policy %s in %.0fs (sft loss %.3f)", target, meta["build_seconds"], final_loss)
+    return target
+
+
+def _supervised_fine_tune(
+    model: LlamaForCausalLM,
+    sequences: list[tuple[list[int], list[int]]],
+    steps: int,
+    batch_size: int,
+    lr: float,
+    seed: int,
+    pad_id: int,
+    progress: bool,
+    context_weight: float = 0.0,
+) -> float:
+    """AdamW with warmup + cosine decay. Context tokens get ``context_weight`` of a response token's
+    loss: modelling the observations too is what teaches the small model to look at (copy from) them."""
+    gen = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    warmup = max(1, steps // 20)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
+    )
+    model.train()
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=steps, desc="warm start (SFT)", leave=False)
+    loss_value = float("nan")
+    # Length-bucketed batches (sorted, then cut) waste little on padding; their order is shuffled.
+    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]))
+    buckets = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    for step in range(steps):
+        if step % len(buckets) == 0:
+            schedule_order = torch.randperm(len(buckets), generator=gen).tolist()
+        idx = buckets[schedule_order[step % len(buckets)]]
+        width = max(len(sequences[i][0]) for i in idx)
+        ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+        weights = torch.zeros((len(idx), width))
+        attn = torch.zeros((len(idx), width), dtype=torch.long)
+        for row, i in enumerate(idx):
+            seq, mask = sequences[i]
+            ids[row, : len(seq)] = torch.tensor(seq)
+            attn[row, : len(seq)] = 1
+            weights[row, : len(seq)] = torch.tensor([1.0 if m else context_weight for m in mask])
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+        token_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
+        w = weights[:, 1:].reshape(-1)
+        loss = (token_loss * w).sum() / w.sum()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        loss_value = float(loss.detach())
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_value:.3f}")
+    if bar is not None:
+        bar.close()
+    model.eval()
+    return loss_value
+
+
+def load_tokenizer(path: str | os.PathLike) -> PreTrainedTokenizerFast:
+    # PreTrainedTokenizerFast, not AutoTokenizer: the latter may pick a class that encodes differently.
+    return PreTrainedTokenizerFast.from_pretrained(str(path))

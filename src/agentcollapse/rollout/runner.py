@@ -1,0 +1,143 @@
+"""Multi-turn rollouts: P prompts x G trajectories, all live trajectories decoded together each turn."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agentcollapse.envs import TextEnv
+from agentcollapse.envs.parsing import parse_response
+from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
+from agentcollapse.rollout.context import (
+    assistant_message,
+    encode,
+    first_user_message,
+    next_user_message,
+    render_context,
+)
+from agentcollapse.rollout.generate import generate
+
+
+@dataclass
+class Policy:
+    """What a rollout needs of a policy: the model, its tokenizer and when to stop decoding."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+
+    @property
+    def stop_ids(self) -> set[int]:
+        ids = {int(self.tokenizer.eos_token_id)}
+        close = self.tokenizer.convert_tokens_to_ids("</answer>")
+        if isinstance(close, int) and close != self.tokenizer.unk_token_id:
+            ids.add(close)
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        text = self.tokenizer.decode(list(ids), skip_special_tokens=False)
+        for tok in (self.tokenizer.eos_token, self.tokenizer.pad_token):
+            if tok:
+                text = text.replace(tok, "")
+        return text.strip()
+
+
+def trajectory_generator(sample_seed: int, index: int) -> torch.Generator:
+    return torch.Generator().manual_seed((sample_seed * 1_000_003 + index) % (2**63 - 1))
+
+
+def collect_rollouts(
+    policy: Policy,
+    make_env: Callable[[], TextEnv],
+    env_seeds: Sequence[int],
+    group_size: int,
+    temperature: float,
+    max_new_tokens: int,
+    sample_seed: int,
+    generation_batch_size: int = 256,
+) -> tuple[RolloutBatch, dict[str, float]]:
+    """Roll out ``group_size`` trajectories per env seed; returns the batch and timing stats."""
+    started = time.perf_counter()
+    tok = policy.tokenizer
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    trajectories, live = [], []
+    for p, seed in enumerate(env_seeds):
+        for _ in range(group_size):
+            env = make_env()
+            obs = env.reset(int(seed))
+            messages = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": first_user_message(obs)}]
+            traj = Trajectory(group=p, env_seed=int(seed))
+            live.append((len(trajectories), env, messages, trajectory_generator(sample_seed, len(trajectories))))
+            trajectories.append(traj)
+    generated_tokens = 0
+    was_training = policy.model.training
+    policy.model.eval()
+    try:
+        while live:
+            contexts = [encode(tok, render_context(tok, messages)) for _, _, messages, _ in live]
+            responses: list[list[int]] = []
+            for start in range(0, len(live), generation_batch_size):
+                chunk = slice(start, start + generation_batch_size)
+                responses += generate(
+                    policy.model,
+                    contexts[chunk],
+                    [g for *_, g in live[chunk]],
+                    temperature,
+                    max_new_tokens,
+                    policy.stop_ids,
+                    pad_id,
+                )
+            still_live = []
+            for (index, env, messages, gen), context_ids, response_ids in zip(live, contexts, responses):
+                generated_tokens += len(response_ids)
+                text = policy.decode(response_ids)
+                parsed = parse_response(text)
+                obs, reward, done, info = env.step(parsed.answer if parsed.format_valid else "")
+                traj = trajectories[index]
+                traj.turns.append(
+                    Turn(
+                        context_ids=context_ids,
+                        response_ids=list(response_ids),
+                        response_text=text,
+                        think=parsed.think,
+                        answer=parsed.answer,
+                        format_valid=parsed.format_valid,
+                        action_is_valid=bool(info["action_is_valid"]),
+                        reward=reward,
+                    )
+                )
+                traj.success = bool(info["success"])
+                if not done:
+                    messages = messages + [
+                        {"role": "assistant", "content": assistant_message(text)},
+                        {"role": "user", "content": next_user_message(env.turn + 1, reward, obs)},
+                    ]
+                    still_live.append((index, env, messages, gen))
+            live = still_live
+    finally:
+        policy.model.train(was_training)
+    elapsed = time.perf_counter() - started
+    batch = RolloutBatch(trajectories=trajectories, num_prompts=len(env_seeds), group_size=group_size)
+    return batch, {"perf/rollout_time_s": elapsed, "perf/rollout_tokens_per_s": generated_tokens / max(elapsed, 1e-9)}
+
+
+def rollout_metrics(batch: RolloutBatch, prefix: str = "rollout") -> dict[str, float]:
+    """Success, return, format and length statistics of a batch (names documented in docs/metrics.md)."""
+    import numpy as np
+
+    turns = [t for traj in batch.trajectories for t in traj.turns]
+    returns = batch.returns()
+    group_std = returns.std(axis=1, ddof=1) if batch.group_size > 1 else np.zeros(batch.num_prompts)
+    return {
+        f"{prefix}/success_rate": float(batch.successes().mean()),
+        f"{prefix}/return_mean": float(returns.mean()),
+        f"{prefix}/format_valid_rate": float(np.mean([t.format_valid for t in turns])) if turns else 0.0,
+        f"{prefix}/action_valid_rate": float(np.mean([t.action_is_valid for t in turns])) if turns else 0.0,
+        f"{prefix}/response_length": float(np.mean([len(t.response_ids) for t in turns])) if turns else 0.0,
+        f"{prefix}/num_turns": float(np.mean([len(traj.turns) for traj in batch.trajectories])),
+        f"{prefix}/in_group_reward_std_mean": float(group_std.mean()),
+        f"{prefix}/zero_variance_group_frac": float(np.mean(group_std <= 1e-12)),
+    }

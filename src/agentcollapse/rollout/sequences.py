@@ -1,0 +1,67 @@
+"""Turn a rollout batch into padded training sequences with masks over the policy's own tokens.
+
+A trajectory becomes one sequence (its last context plus last response) when every turn's context is a
+prefix of the next one, as with the tiny tokenizer; otherwise it is split where that breaks (a real
+tokenizer may re-tokenise a response differently inside the next context).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from agentcollapse.rollout.batch import RolloutBatch
+
+
+@dataclass
+class Sequences:
+    input_ids: list[list[int]]
+    loss_mask: list[list[int]]  # 1 on tokens the policy generated
+    traj_index: list[int]  # which trajectory of the batch each sequence belongs to
+    is_last: list[bool]  # does this sequence hold the trajectory's final response (reward goes there)
+
+
+def build_sequences(batch: RolloutBatch) -> Sequences:
+    out = Sequences([], [], [], [])
+    for index, traj in enumerate(batch.trajectories):
+        ids: list[int] = []
+        mask: list[int] = []
+        for turn in traj.turns:
+            if ids and turn.context_ids[: len(ids)] != ids:
+                out.input_ids.append(ids)
+                out.loss_mask.append(mask)
+                out.traj_index.append(index)
+                out.is_last.append(False)
+                ids, mask = [], []
+            new_context = turn.context_ids[len(ids) :]
+            ids = ids + new_context + turn.response_ids
+            mask = mask + [0] * len(new_context) + [1] * len(turn.response_ids)
+        if ids:
+            out.input_ids.append(ids)
+            out.loss_mask.append(mask)
+            out.traj_index.append(index)
+            out.is_last.append(True)
+    return out
+
+
+def pad_right(rows: list[list[int]], value: int) -> torch.Tensor:
+    width = max(len(r) for r in rows)
+    out = torch.full((len(rows), width), value, dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+    return out
+
+
+def collate(seqs: Sequences, indices: list[int], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-padded tensors for the chosen sequences; ``response_mask`` is aligned with targets ids[:, 1:]."""
+    ids = pad_right([seqs.input_ids[i] for i in indices], pad_id)
+    attn = pad_right([[1] * len(seqs.input_ids[i]) for i in indices], 0)
+    mask = pad_right([seqs.loss_mask[i] for i in indices], 0)
+    return {"input_ids": ids, "attention_mask": attn, "response_mask": mask[:, 1:].float()}
+
+
+def gather_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """log p(token_{t+1} | prefix) for every position: [B, T-1]."""
+    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    return logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)

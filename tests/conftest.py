@@ -1,0 +1,53 @@
+"""Shared fixtures: a tiny policy built once per session with a short warm start (real model, real
+tokenizer, real LoRA; only the sizes shrink)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_SILENT", "true")
+torch.set_num_threads(2)
+
+# Small enough to build in seconds, large enough to produce the format sometimes.
+TINY_OVERRIDES = [
+    "model.warm_start.episodes=60",
+    "model.warm_start.steps=8",
+    "model.hidden_size=32",
+    "model.intermediate_size=64",
+    "model.num_layers=2",
+    "model.num_heads=2",
+    "rollout.num_prompts=3",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=12",
+    "trainer=smoke",
+    "logger=csv",
+]
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture()
+def make_cfg(cache_dir, tmp_path):
+    from agentcollapse.benchmarking import compose_config
+
+    def _make(*overrides: str):
+        cfg = compose_config([*TINY_OVERRIDES, f"cache_dir={cache_dir}", *overrides])
+        cfg.run_dir = str(tmp_path / "run")
+        return cfg
+
+    return _make
+
+
+@pytest.fixture()
+def tiny_policy(make_cfg):
+    from agentcollapse.models.policy import load_policy
+
+    cfg = make_cfg()
+    return load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=0)

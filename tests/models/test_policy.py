@@ -1,0 +1,51 @@
+import json
+
+import pytest
+import torch
+
+from agentcollapse.errors import UserError
+from agentcollapse.models.policy import load_policy
+
+
+def test_lora_wraps_policy_and_reference_is_adapter_disabled(tiny_policy):
+    model = tiny_policy.model
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    ids = torch.tensor([[5, 6, 7, 8]])
+    for name, p in model.named_parameters():  # make the adapter non-trivial
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.5)
+    with torch.no_grad():
+        with_adapter = model(input_ids=ids).logits
+        with model.disable_adapter():
+            reference = model(input_ids=ids).logits
+        base = model.get_base_model()
+    assert not torch.allclose(with_adapter, reference)
+    with torch.no_grad(), model.disable_adapter():
+        assert torch.equal(base(input_ids=ids).logits, reference)
+
+
+def test_missing_model_path(make_cfg):
+    cfg = make_cfg("model.path=/no/such/dir")
+    with pytest.raises(UserError, match="does not exist"):
+        load_policy(cfg.model, cfg.env, cfg.cache_dir)
+
+
+def test_path_that_is_not_a_causal_lm(make_cfg, tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertForMaskedLM"]}))
+    cfg = make_cfg(f"model.path={tmp_path}")
+    with pytest.raises(UserError, match="not a causal LM"):
+        load_policy(cfg.model, cfg.env, cfg.cache_dir)
+
+
+def test_directory_without_config(make_cfg, tmp_path):
+    cfg = make_cfg(f"model.path={tmp_path}")
+    with pytest.raises(UserError, match="config.json"):
+        load_policy(cfg.model, cfg.env, cfg.cache_dir)
+
+
+def test_unknown_model_name(make_cfg):
+    cfg = make_cfg()
+    cfg.model.name = "gpt-17"
+    with pytest.raises(UserError, match="valid models: tiny"):
+        load_policy(cfg.model, cfg.env, cfg.cache_dir)
