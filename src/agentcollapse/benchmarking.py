@@ -1,0 +1,42 @@
+"""Helpers shared by the benchmark scripts: compose a config outside a Hydra app, score held-out
+success, and put a confidence interval on it."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from agentcollapse.config import RunConfig
+
+
+def compose_config(overrides: list[str]) -> RunConfig:
+    from hydra import compose, initialize_config_dir
+
+    from agentcollapse.cli.train import CONF_DIR, to_run_config
+    from agentcollapse.config import register_configs
+
+    register_configs()
+    with initialize_config_dir(config_dir=CONF_DIR, version_base="1.3"):
+        cfg = compose("config", overrides=["run_dir=unused", *overrides])
+    return to_run_config(cfg)
+
+
+def held_out_success(policy: Any, env_name: str, env_kwargs: dict[str, Any], episodes: int, temperature: float,
+                     max_new_tokens: int, sample_seed: int = 12345) -> tuple[int, int]:
+    """(successes, episodes) on the held-out seeds 0..episodes-1, one trajectory each."""
+    from agentcollapse import envs
+    from agentcollapse.rollout.runner import collect_rollouts
+
+    batch, _ = collect_rollouts(policy, lambda: envs.make(env_name, **env_kwargs), list(range(episodes)), 1,
+                                temperature, max_new_tokens, sample_seed=sample_seed)
+    return int(batch.successes().sum()), episodes
+
+
+def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    if n == 0:
+        return (float("nan"), float("nan"))
+    p = k / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))

@@ -1,0 +1,60 @@
+"""``agentcollapse doctor``: check the machine before a long run and say what to fix."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+REQUIRED = ("torch", "lightning", "transformers", "peft", "hydra-core", "optuna", "wandb", "pandas", "gymnasium")
+
+
+def _check(ok: bool, label: str, fix: str = "") -> bool:
+    print(f"[{'ok' if ok else 'FIX'}] {label}" + ("" if ok or not fix else f"  -> {fix}"))
+    return ok
+
+
+def doctor() -> int:
+    """Print one line per check; exit status 1 when anything needs fixing."""
+    results = []
+    for name in REQUIRED:
+        try:
+            results.append(_check(True, f"{name} {md.version(name)}"))
+        except md.PackageNotFoundError:
+            results.append(_check(False, f"{name} missing", "run `make venv` (installs the pinned set)"))
+    from agentcollapse.benchmarking import compose_config
+
+    cfg = compose_config([])
+    cache = Path(cfg.cache_dir).expanduser()
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=cache):
+            pass
+        results.append(_check(True, f"cache dir {cache} writable"))
+    except OSError as exc:
+        results.append(_check(False, f"cache dir {cache} not writable ({exc.strerror})", "set AGENTCOLLAPSE_CACHE or cache_dir=..."))
+    free_gb = shutil.disk_usage(cache if cache.exists() else Path.cwd()).free / 2**30
+    results.append(_check(free_gb > 2, f"free disk {free_gb:.1f} GiB at the cache", "free some space (runs and caches need ~1 GiB)"))
+    mode = os.environ.get("WANDB_MODE", cfg.logger.wandb.mode)
+    results.append(_check(mode in ("offline", "disabled", "online"), f"wandb mode {mode} (offline by default: no login needed)"))
+    try:
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        from agentcollapse.models.tokenizer import build_tokenizer
+
+        tok = build_tokenizer(["FrozenLake ice hole goal"])
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, num_key_value_heads=2))
+        with torch.no_grad():
+            model(input_ids=torch.tensor([tok("ice hole", add_special_tokens=False)["input_ids"]]))
+        results.append(_check(True, "tiny model buildable (tokenizer + Llama forward)"))
+    except Exception as exc:  # report, never crash the doctor
+        results.append(_check(False, f"tiny model build failed: {type(exc).__name__}: {exc}", "reinstall with `make clean-venv venv`"))
+    import torch
+
+    results.append(_check(True, f"accelerator: {'cuda x' + str(torch.cuda.device_count()) if torch.cuda.is_available() else 'cpu only'}; torch threads {torch.get_num_threads()}"))
+    print("all good" if all(results) else "some checks need attention (see FIX lines)")
+    return 0 if all(results) else 1

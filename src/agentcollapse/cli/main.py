@@ -1,0 +1,53 @@
+"""``agentcollapse <command> [hydra overrides]``: one entry point for every job.
+
+Commands:
+  train       train one run, or a sweep with -m (Hydra multirun)
+  base-model  (re)build the tiny warm-started policy for env=... and print its held-out success
+  mi-check    roll out one batch and print Std(RV)/Mean(RV) with a reading (METHOD.md section 5)
+  doctor      check the environment: versions, cache dir, tiny model build, wandb mode, disk
+
+Overrides are Hydra's: ``agentcollapse train env=sokoban algorithm=ppo filter=rv_top_p``.
+Print the composed config without running: ``agentcollapse train --cfg job``.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from agentcollapse.errors import UserError
+
+COMMANDS = ("train", "base-model", "mi-check", "doctor")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(__doc__)
+        return
+    command, rest = argv[0], argv[1:]
+    try:
+        if command == "train":
+            from agentcollapse.cli.train import main as train_main
+
+            train_main(rest)
+        elif command == "base-model":
+            from agentcollapse.cli.tools import base_model
+
+            base_model(rest)
+        elif command == "mi-check":
+            from agentcollapse.cli.tools import mi_check
+
+            mi_check(rest)
+        elif command == "doctor":
+            from agentcollapse.cli.doctor import doctor
+
+            sys.exit(doctor())
+        else:
+            raise UserError(f"unknown command {command!r}; commands: {', '.join(COMMANDS)} (see agentcollapse --help)")
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""Small jobs around training: rebuild the base model, and the pre-training Std(RV)/Mean(RV) check."""
+
+from __future__ import annotations
+
+from agentcollapse.benchmarking import compose_config
+
+
+def base_model(overrides: list[str]) -> None:
+    import json
+
+    from agentcollapse.models.tiny import build_tiny_policy
+
+    cfg = compose_config(overrides)
+    if cfg.model.name != "tiny":
+        print(f"model={cfg.model.name} is not built here; nothing to do")
+        return
+    path = build_tiny_policy(cfg.model, cfg.env, cfg.cache_dir, force=True)
+    print(f"built {path}")
+    print(json.dumps(json.loads((path / "meta.json").read_text()), indent=2))
+
+
+def mi_check(overrides: list[str]) -> None:
+    import torch
+
+    from agentcollapse import envs
+    from agentcollapse.filtering import group_scores, interpret_rv_ratio, rv_std_over_mean
+    from agentcollapse.lightning.module import TRAIN_SEED_BASE
+    from agentcollapse.models.policy import load_policy
+    from agentcollapse.rollout.runner import collect_rollouts
+
+    cfg = compose_config(overrides)
+    torch.set_num_threads(cfg.trainer.num_threads)
+    policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
+    seeds = list(range(TRAIN_SEED_BASE, TRAIN_SEED_BASE + cfg.rollout.num_prompts))
+    batch, _ = collect_rollouts(policy, lambda: envs.make(cfg.env.name, **dict(cfg.env.kwargs)), seeds,
+                                cfg.rollout.group_size, cfg.rollout.temperature, cfg.rollout.max_new_tokens, sample_seed=cfg.seed)
+    returns = batch.returns()
+    rv = group_scores(returns, "reward_variance")
+    ratio = rv_std_over_mean(returns)
+    print(f"env={cfg.env.name} P={batch.num_prompts} G={batch.group_size} success={batch.successes().mean():.3f}")
+    print(f"per-group reward variance: {' '.join(f'{v:.3f}' for v in rv)}")
+    print(f"Std(RV)/Mean(RV) = {ratio:.3f}")
+    print(interpret_rv_ratio(ratio))

@@ -1,0 +1,113 @@
+"""Run records: the one place analysis reads from (wandb is for dashboards).
+
+A run directory holds ``config.yaml`` (resolved), ``metrics.csv`` (one row per logged step, a ``step``
+column, one column per metric) and ``summary.json`` (``status`` running/finished/failed/interrupted,
+``reason``, ``final`` and ``peak`` metric dicts). Every write goes to a temporary file that is then
+renamed over the old one, so a crash never leaves a half-written record.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+STATUSES = ("running", "finished", "failed", "interrupted")
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def read_summary(run_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """The run's summary, or None when it is missing or not valid JSON (never a partial dict)."""
+    try:
+        data = json.loads((Path(run_dir) / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and data.get("status") in STATUSES else None
+
+
+class RunRecorder:
+    """Collects metric rows and keeps ``metrics.csv`` and ``summary.json`` current on disk."""
+
+    def __init__(self, run_dir: str | os.PathLike, rows: list[dict[str, float]] | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.rows: list[dict[str, float]] = list(rows or [])
+        self.started = time.time()
+
+    @classmethod
+    def resume(cls, run_dir: str | os.PathLike, up_to_step: int) -> "RunRecorder":
+        """Reload rows logged before the checkpoint step; later ones are replayed by the resumed run."""
+        path = Path(run_dir) / "metrics.csv"
+        rows = []
+        if path.exists():
+            with path.open() as fh:
+                for row in csv.DictReader(fh):
+                    parsed = {k: float(v) for k, v in row.items() if v not in ("", None)}
+                    if parsed.get("step", math.inf) <= up_to_step:
+                        rows.append(parsed)
+        return cls(run_dir, rows)
+
+    def write_config(self, config_yaml: str) -> None:
+        atomic_write_text(self.run_dir / "config.yaml", config_yaml)
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        if self.rows and self.rows[-1].get("step") == step:
+            self.rows[-1].update(metrics)
+        else:
+            self.rows.append({"step": float(step), **metrics})
+        self._write_csv()
+
+    def _write_csv(self) -> None:
+        columns = ["step"] + sorted({k for row in self.rows for k in row} - {"step"})
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+        writer.writeheader()
+        for row in self.rows:
+            writer.writerow({k: (int(v) if k == "step" else repr(float(v))) for k, v in row.items()})
+        atomic_write_text(self.run_dir / "metrics.csv", buf.getvalue())
+
+    def final_and_peak(self) -> tuple[dict[str, float], dict[str, float]]:
+        final: dict[str, float] = {}
+        peak: dict[str, float] = {}
+        for row in self.rows:
+            for k, v in row.items():
+                if k == "step" or v is None or (isinstance(v, float) and math.isnan(v)):
+                    continue
+                final[k] = v
+                peak[k] = max(peak.get(k, -math.inf), v)
+        return final, peak
+
+    def write_summary(self, status: str, reason: str = "", **extra: Any) -> None:
+        assert status in STATUSES, status
+        final, peak = self.final_and_peak()
+        summary = {
+            "status": status,
+            "reason": reason,
+            "steps_logged": len(self.rows),
+            "last_step": int(self.rows[-1]["step"]) if self.rows else None,
+            "wall_time_s": round(time.time() - self.started, 2),
+            "final": final,
+            "peak": peak,
+            **extra,
+        }
+        atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))

@@ -1,0 +1,120 @@
+"""The RL module on the tiny model: real Lightning Trainer, real LoRA, real rollouts."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from agentcollapse.errors import UserError
+from agentcollapse.lightning.module import AgentRLModule, resolve_algorithm
+from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
+
+
+def _module(make_cfg, tiny_policy, *overrides):
+    """A module attached to a real Trainer (fit over zero batches sets up optimizers and strategy)."""
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    cfg = make_cfg(*overrides)
+    module = AgentRLModule(cfg, tiny_policy)
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1)
+    trainer.fit(module, train_dataloaders=DataLoader([], batch_size=None))
+    return module
+
+
+def _snapshot(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _hand_batch(policy, rewards):
+    """A real-token batch with chosen episode returns (one turn per trajectory)."""
+    tok = policy.tokenizer
+    ctx = tok("<|user|> _ P G <|end|> <|assistant|> <think>", add_special_tokens=False)["input_ids"]
+    resp = tok("go right </think> <answer> Right </answer>", add_special_tokens=False)["input_ids"]
+    trajs = []
+    P, G = len(rewards), len(rewards[0])
+    for p in range(P):
+        for g in range(G):
+            turn = Turn(context_ids=list(ctx), response_ids=list(resp), response_text="", think="go right",
+                        answer="Right", format_valid=True, action_is_valid=True, reward=float(rewards[p][g]))
+            trajs.append(Trajectory(group=p, env_seed=p, turns=[turn], success=rewards[p][g] > 0))
+    return RolloutBatch(trajectories=trajs, num_prompts=P, group_size=G)
+
+
+def test_one_training_step_changes_lora_and_leaves_base_bit_identical(make_cfg, tiny_policy):
+    module = _module(make_cfg, tiny_policy, "algorithm.kl_coef=0.0", "algorithm.entropy_coef=0.0")
+    before = _snapshot(module.model)
+    batch = _hand_batch(tiny_policy, [[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]])
+    metrics = module.update(batch, np.arange(2), None, 1.0)
+    after = _snapshot(module.model)
+    lora = [n for n in before if "lora_" in n]
+    base = [n for n in before if "lora_" not in n]
+    assert lora and base
+    assert any(not torch.equal(before[n], after[n]) for n in lora)
+    assert all(torch.equal(before[n], after[n]) for n in base)
+    assert math.isfinite(metrics["actor/grad_norm"]) and metrics["actor/grad_norm"] > 0
+
+
+def test_equal_rewards_give_zero_policy_gradient_and_no_nan(make_cfg, tiny_policy):
+    module = _module(make_cfg, tiny_policy, "algorithm.kl_coef=0.0", "algorithm.entropy_coef=0.0")
+    before = _snapshot(module.model)
+    batch = _hand_batch(tiny_policy, [[1.0] * 4, [0.0] * 4])
+    metrics = module.update(batch, np.arange(2), None, 1.0)
+    assert metrics["actor/pg_loss"] == 0.0
+    assert metrics["actor/grad_norm"] == 0.0
+    assert module.nonfinite_steps == 0
+    after = _snapshot(module.model)
+    assert all(torch.equal(before[n], after[n]) for n in before)  # Adam with zero grads moves nothing
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "dr_grpo", "dapo", "ppo"])
+def test_every_algorithm_updates_finitely(make_cfg, tiny_policy, algorithm):
+    module = _module(make_cfg, tiny_policy, f"algorithm={algorithm}")
+    batch = _hand_batch(tiny_policy, [[1.0, 0.0, -0.1, 1.0], [0.0, 0.5, 1.0, 0.0]])
+    metrics = module.update(batch, np.arange(2), None, 1.0)
+    for key in ("actor/pg_loss", "actor/entropy", "actor/clipfrac", "actor/grad_norm"):
+        assert math.isfinite(metrics[key]), key
+    assert metrics["actor/entropy"] > 0
+    if algorithm == "ppo":
+        assert math.isfinite(metrics["critic/value_loss"])
+
+
+def test_nan_loss_skips_the_step_and_stops_after_n(make_cfg, tiny_policy):
+    module = _module(make_cfg, tiny_policy, "algorithm.max_nonfinite_steps=2")
+    module.trainer.should_stop = False
+    before = _snapshot(module.model)
+    batch = _hand_batch(tiny_policy, [[float("nan"), 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0]])
+    module.update(batch, np.arange(2), None, 1.0)
+    assert module.nonfinite_steps == 1 and not module.trainer.should_stop
+    module.update(batch, np.arange(2), None, 1.0)
+    assert module.trainer.should_stop and "NaN" in module.stop_reason
+    after = _snapshot(module.model)
+    assert all(torch.equal(before[n], after[n]) for n in before)
+
+
+def test_group_size_one_with_grpo_is_a_user_error(make_cfg, tiny_policy):
+    with pytest.raises(UserError, match="group_size>=2"):
+        AgentRLModule(make_cfg("rollout.group_size=1"), tiny_policy)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("algorithm.kl_coef=-1.0", "kl_coef"),
+    ("algorithm.entropy_coef=nan", "entropy_coef"),
+])
+def test_bad_coefficients_are_user_errors(make_cfg, override, message):
+    with pytest.raises(UserError, match=message):
+        resolve_algorithm(make_cfg(override))
+
+
+def test_unknown_algorithm_lists_valid_ones(make_cfg):
+    cfg = make_cfg()
+    cfg.algorithm.name = "reinforce++"
+    with pytest.raises(UserError, match="grpo"):
+        resolve_algorithm(cfg)
+
+
+def test_presets_are_overridable_field_by_field(make_cfg):
+    algo = resolve_algorithm(make_cfg("algorithm=dapo", "algorithm.kl_coef=0.01"))
+    assert (algo.clip_low, algo.clip_high, algo.kl_coef) == (0.2, 0.28, 0.01)
