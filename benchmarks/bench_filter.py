@@ -1,0 +1,115 @@
+"""Update cost of SNR-aware filtering at a fixed rollout budget (METHOD.md section 5).
+
+    python benchmarks/bench_filter.py [--rhos 1.0,0.9,0.6] [--repeats 3] [key=value overrides ...]
+
+Collects ONE rollout batch of P x G with the composed config and reuses it for every measurement, so
+only the update differs. For each rho it keeps ``select_groups(RV scores, "top_p", rho,
+include_zero=True)`` and times ``module.update`` on those groups. Each measurement starts from the same
+state: the LoRA weights are re-loaded from a snapshot and a fresh module + optimizer is built, so the
+weights never drift. Measurements are interleaved (rho_1, rho_2, ... then again) ``--repeats`` times;
+the median is printed with the kept groups and the time ratio against rho = 1.0.
+
+Groups are scored by ``reward_variance`` but kept with ``include_zero=True``: a random batch may have few
+groups with non-zero variance, and dropping the zero ones would make the kept set (and the timing) depend
+on that count instead of on rho; with include_zero=True rho=1 keeps every group and the batch never
+empties. Note that linear top_p still keeps only the groups needed to reach rho of the RV mass, so zero-RV
+groups are kept only at rho=1 (``--top-p-mode softmax`` makes the kept fraction track rho more closely).
+Not a test: numbers go in issue notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+
+def _floats(text: str) -> list[float]:
+    return [float(x) for x in text.split(",") if x.strip()]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rhos", type=_floats, default=[1.0, 0.9, 0.6], help="comma-separated top_p values; the first is the baseline")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions per rho (median reported)")
+    ap.add_argument("--top-p-mode", choices=("linear", "softmax"), default="linear")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. rollout.num_prompts=8 rollout.group_size=16")
+    args = ap.parse_args()
+    if args.repeats < 1 or not args.rhos:
+        ap.error("need --repeats >= 1 and at least one rho")
+
+    import logging
+    import warnings
+
+    import lightning as L
+    import numpy as np
+    import torch
+    from torch.utils.data import DataLoader
+
+    from agentcollapse import envs
+    from agentcollapse.benchmarking import compose_config
+    from agentcollapse.filtering import group_scores, rv_std_over_mean, select_groups
+    from agentcollapse.lightning.module import TRAIN_SEED_BASE, AgentRLModule
+    from agentcollapse.models.policy import load_policy
+    from agentcollapse.rollout.runner import collect_rollouts
+
+    warnings.filterwarnings("ignore")  # Lightning/transformers chatter on every fresh Trainer
+    logging.disable(logging.INFO)  # and its info lines ("Trainer.fit stopped", tips)
+    cfg = compose_config(args.overrides)
+    torch.set_num_threads(cfg.trainer.num_threads)
+    t0 = time.perf_counter()
+    policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
+    print(f"policy ready in {time.perf_counter() - t0:.1f}s (built or loaded from {cfg.cache_dir})")
+    make_env = lambda: envs.make(cfg.env.name, **dict(cfg.env.kwargs))  # noqa: E731
+    seeds = list(range(TRAIN_SEED_BASE, TRAIN_SEED_BASE + cfg.rollout.num_prompts))
+    batch, perf = collect_rollouts(policy, make_env, seeds, cfg.rollout.group_size, cfg.rollout.temperature,
+                                   cfg.rollout.max_new_tokens, sample_seed=0,
+                                   generation_batch_size=cfg.rollout.generation_batch_size)
+    returns = batch.returns()
+    scores = group_scores(returns, "reward_variance")
+    P = batch.num_prompts
+    print(f"one rollout batch P={P} x G={batch.group_size} in {perf['perf/rollout_time_s']:.2f}s, reused for every "
+          f"update; success {batch.successes().mean():.3f}, groups with RV>0: {int(np.sum(scores > 1e-12))}/{P}, "
+          f"Std(RV)/Mean(RV) = {rv_std_over_mean(returns):.2f}")
+    print(f"kept set: select_groups(reward_variance, 'top_p', rho, include_zero=True, top_p_mode={args.top_p_mode!r}) "
+          f"-- include_zero=True so rho=1 keeps every group and no rho empties the batch; algorithm={cfg.algorithm.name}")
+
+    if args.top_p_mode == "linear" and np.sum(scores > 1e-12) < P:
+        print("note: linear top_p keeps zero-RV groups only at rho=1; with every RV zero any rho<1 keeps exactly 1 group")
+
+    snapshot = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
+
+    def fresh_module() -> AgentRLModule:
+        """Same LoRA weights every time, and a new module (new optimizer) attached to a Trainer."""
+        with torch.no_grad():
+            for n, p in policy.model.named_parameters():
+                if n in snapshot:
+                    p.copy_(snapshot[n])
+        module = AgentRLModule(cfg, policy)
+        trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                            enable_model_summary=False, accelerator=cfg.trainer.accelerator, devices=1)
+        trainer.fit(module, train_dataloaders=DataLoader([], batch_size=None))
+        return module
+
+    kept = {rho: select_groups(scores, "top_p", rho, True, args.top_p_mode, cfg.filter.selection_eps) for rho in args.rhos}
+    times: dict[float, list[float]] = {rho: [] for rho in args.rhos}
+    for _ in range(args.repeats):
+        for rho in args.rhos:
+            module = fresh_module()
+            started = time.perf_counter()
+            module.update(batch, kept[rho], None, 1.0)
+            times[rho].append(time.perf_counter() - started)
+    fresh_module()  # leave the policy as it was loaded
+
+    base = statistics.median(times[args.rhos[0]])
+    print(f"{'rho':>5} {'kept':>6} {'frac':>6} {'median_s':>9} {'ratio':>6}  all_s")
+    for rho in args.rhos:
+        med = statistics.median(times[rho])
+        n = len(kept[rho])
+        print(f"{rho:>5g} {n:>6d} {n / P:>6.2f} {med:>9.3f} {med / base:>6.2f}  "
+              + " ".join(f"{t:.3f}" for t in times[rho]))
+    print(f"ratio = median update time / median at rho={args.rhos[0]:g} (same batch, same start weights)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,259 @@
+"""SNR-aware filtering inside the RL module and the gradient-bucket analysis (METHOD.md sections 4-5).
+
+Real tiny model, real LoRA, hand-built batches with chosen returns (P <= 4, G = 4).
+"""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from agentcollapse.lightning.grad_buckets import GradBucketAnalysis, group_loss_terms
+from agentcollapse.lightning.module import AgentRLModule
+from agentcollapse.models.policy import load_policy
+from agentcollapse.records import RunRecorder
+from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
+
+# Group RVs (ddof=1): g0 = 1/3, g1 = 0, g2 = 1/4, g3 = 1/400. top_p 0.9 (linear) keeps g0 and g2.
+RETURNS = [[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0], [0.1, 0.0, 0.0, 0.0]]
+EQUAL = [[1.0] * 4, [0.0] * 4, [1.0] * 4]
+
+
+def _hand_batch(policy, rewards):
+    """A real-token batch with chosen episode returns (one turn per trajectory)."""
+    tok = policy.tokenizer
+    ctx = tok("<|user|> _ P G <|end|> <|assistant|> <think>", add_special_tokens=False)["input_ids"]
+    resp = tok("go right </think> <answer> Right </answer>", add_special_tokens=False)["input_ids"]
+    trajs = []
+    P, G = len(rewards), len(rewards[0])
+    for p in range(P):
+        for g in range(G):
+            turn = Turn(context_ids=list(ctx), response_ids=list(resp), response_text="", think="go right",
+                        answer="Right", format_valid=True, action_is_valid=True, reward=float(rewards[p][g]))
+            trajs.append(Trajectory(group=p, env_seed=p, turns=[turn], success=rewards[p][g] > 0))
+    return RolloutBatch(trajectories=trajs, num_prompts=P, group_size=G)
+
+
+def _attach(module, callbacks=(), steps=0):
+    """Attach ``module`` to a real Trainer: fit over ``steps`` dummy items (0 only sets up optimizers)."""
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1, callbacks=list(callbacks))
+    trainer.fit(module, train_dataloaders=DataLoader(list(range(steps)), batch_size=None))
+    return module
+
+
+def _fresh_module(make_cfg, *overrides, perturb=False):
+    """A module on its own freshly loaded policy (same seed -> bit-identical weights), attached to a Trainer.
+
+    ``perturb`` sets every LoRA B matrix to a fixed non-zero pattern so the adapter changes the output
+    and the KL to the reference (adapter off) has a non-zero gradient (peft initialises B to zero).
+    """
+    cfg = make_cfg(*overrides)
+    policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=0)
+    if perturb:
+        with torch.no_grad():
+            for name, p in policy.model.named_parameters():
+                if "lora_B" in name:
+                    p.copy_(0.05 * torch.sin(torch.arange(p.numel(), dtype=p.dtype)).reshape(p.shape))
+    return _attach(AgentRLModule(cfg, policy))
+
+
+def _snapshot(model):
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
+
+
+# -- apply_filter -----------------------------------------------------------------------------------
+def test_rv_top_p_keeps_the_high_variance_groups(make_cfg, tiny_policy):
+    module = AgentRLModule(make_cfg("filter=rv_top_p", "rollout.num_prompts=4"), tiny_policy)
+    kept, mask, scale, metrics = module.apply_filter(_hand_batch(tiny_policy, RETURNS))
+    assert kept.tolist() == [0, 2]  # highest RV first; g3's tiny RV is outside the 0.9 mass, g1 has none
+    assert mask is None and scale == 1.0
+    assert metrics["filter/kept_count"] == 2 and metrics["filter/kept_ratio"] == 0.5
+    assert metrics["filter/zero_count"] == 1
+    assert metrics["filter/chosen_rv_mean"] > metrics["filter/all_rv_mean"]
+
+
+def test_rv_top_p_linear_loss_scale_is_the_kept_fraction(make_cfg, tiny_policy):
+    module = AgentRLModule(make_cfg("filter=rv_top_p", "filter.loss_scale=linear"), tiny_policy)
+    _, _, scale, _ = module.apply_filter(_hand_batch(tiny_policy, RETURNS))
+    assert scale == 0.5
+
+
+def test_filter_none_keeps_every_group(make_cfg, tiny_policy):
+    module = AgentRLModule(make_cfg("filter=none"), tiny_policy)
+    kept, mask, scale, metrics = module.apply_filter(_hand_batch(tiny_policy, RETURNS))
+    assert kept.tolist() == [0, 1, 2, 3] and mask is None and scale == 1.0
+    assert metrics["filter/kept_ratio"] == 1.0
+
+
+@pytest.mark.parametrize("value, expected", [("[0.0,0.25]", [0]), ("[0.25,0.5]", [2]), ("[0.75,1.0]", [1])])
+def test_quartile_keeps_its_quartile(make_cfg, tiny_policy, value, expected):
+    module = AgentRLModule(make_cfg("filter=quartile", f"filter.value={value}"), tiny_policy)
+    kept, mask, _, _ = module.apply_filter(_hand_batch(tiny_policy, RETURNS))
+    assert kept.tolist() == expected and mask is None  # RV ranking: g0 > g2 > g3 > g1
+
+
+def test_trajectory_filter_keeps_2k_per_group(make_cfg, tiny_policy):
+    module = AgentRLModule(make_cfg("filter=trajectory", "filter.trajectory_k=1"), tiny_policy)
+    kept, mask, scale, metrics = module.apply_filter(_hand_batch(tiny_policy, RETURNS))
+    assert kept.tolist() == [0, 1, 2, 3] and scale == 1.0
+    assert mask.shape == (4, 4) and mask.sum(axis=1).tolist() == [2, 2, 2, 2]
+    assert mask[0].tolist() == [False, True, True, False]  # bottom-1 = first 0 (idx 1), top-1 = last 1 (idx 2)
+    assert metrics["filter/kept_count"] == 8 and metrics["filter/kept_ratio"] == 0.5
+
+
+def test_rv_top_p_on_equal_rewards_keeps_nothing(make_cfg, tiny_policy):
+    module = AgentRLModule(make_cfg("filter=rv_top_p"), tiny_policy)
+    kept, _, _, metrics = module.apply_filter(_hand_batch(tiny_policy, EQUAL))
+    assert len(kept) == 0 and metrics["filter/kept_count"] == 0
+
+
+# -- loss scaling -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("rewards", [RETURNS, EQUAL], ids=["task+reg", "reg-only"])
+def test_loss_scale_scales_every_term_of_the_gradient(make_cfg, rewards):
+    # Big KL/entropy coefficients and a perturbed adapter so both regularisers have real gradients; with
+    # EQUAL rewards the advantages are 0 and the gradient is KL + entropy alone.
+    overrides = ("algorithm.max_grad_norm=1e9", "algorithm.kl_coef=0.5", "algorithm.entropy_coef=0.1")
+    results = []
+    for scale in (1.0, 0.5):
+        module = _fresh_module(make_cfg, *overrides, perturb=True)
+        batch = _hand_batch(module.policy, rewards)
+        results.append(module.update(batch, np.arange(batch.num_prompts), None, scale))
+    full, half = results
+    assert "actor/kl" in full and full["actor/kl"] > 0
+    assert full["actor/grad_norm"] > 0
+    assert half["actor/loss_scale"] == 0.5
+    assert half["actor/grad_norm"] / full["actor/grad_norm"] == pytest.approx(0.5, abs=1e-5)
+    assert half["actor/kl"] == full["actor/kl"] and half["actor/entropy"] == full["actor/entropy"]  # same forward
+
+
+# -- empty selections inside training_step -------------------------------------------------------------
+def _drive(monkeypatch, module, batches, tmp_path, callbacks=()):
+    """Run ``len(batches)`` real training steps whose rollouts are ``batches`` (in order)."""
+    import agentcollapse.lightning.module as module_mod
+
+    queue = list(batches)
+
+    def fake_collect(*args, **kwargs):
+        return queue.pop(0), {"perf/rollout_time_s": 0.0, "perf/rollout_tokens_per_s": 0.0}
+
+    monkeypatch.setattr(module_mod, "collect_rollouts", fake_collect)
+    module.recorder = RunRecorder(tmp_path / "record")
+    _attach(module, callbacks, steps=len(batches))
+    return module.recorder.rows
+
+
+def test_empty_selection_skips_the_update_and_stops_after_n(make_cfg, tiny_policy, monkeypatch, tmp_path):
+    cfg = make_cfg("filter=rv_top_p", "filter.max_empty_steps=2", "trainer.val_every=0", "trainer.max_steps=10")
+    assert cfg.filter.include_zero is False
+    module = AgentRLModule(cfg, tiny_policy)
+    before = _snapshot(module.model)
+    batch = _hand_batch(tiny_policy, EQUAL)
+    rows = _drive(monkeypatch, module, [batch] * 4, tmp_path, callbacks=[GradBucketAnalysis(every=1)])
+    assert [r["step"] for r in rows] == [1.0, 2.0]  # stopped after 2 consecutive empty steps, not at 1
+    assert all(r["rollout/empty_after_filter"] == 1.0 and r["filter/kept_count"] == 0 for r in rows)
+    assert not any(k.startswith("actor/") for r in rows for k in r)  # no update ran
+    assert module.empty_steps == 2 and module.iteration == 2
+    assert module.trainer.should_stop and "kept no group for 2 consecutive steps" in module.stop_reason
+    assert _same(before, _snapshot(module.model))
+    # The bucket callback ran through the module's on_rollout hook: equal rewards -> no task gradient.
+    assert rows[0]["grad_bucket/0/task_norm"] == 0.0 and rows[0]["grad_bucket/0/reg_norm"] > 0
+
+
+def test_a_non_empty_step_resets_the_empty_count(make_cfg, tiny_policy, monkeypatch, tmp_path):
+    cfg = make_cfg("filter=rv_top_p", "filter.max_empty_steps=2", "trainer.val_every=0", "trainer.max_steps=3")
+    module = AgentRLModule(cfg, tiny_policy)
+    empty, good = _hand_batch(tiny_policy, EQUAL), _hand_batch(tiny_policy, RETURNS[:3])
+    rows = _drive(monkeypatch, module, [empty, good, empty], tmp_path)
+    assert [r["rollout/empty_after_filter"] for r in rows] == [1.0, 0.0, 1.0]
+    assert "actor/grad_norm" in rows[1] and "actor/grad_norm" not in rows[2]
+    assert module.empty_steps == 1 and module.iteration == 3 and module.stop_reason == ""
+
+
+# -- gradient-bucket analysis -------------------------------------------------------------------------
+def test_grad_bucket_callback_leaves_the_update_bit_identical(make_cfg):
+    overrides = ("rollout.num_prompts=4", "algorithm.kl_coef=0.1", "algorithm.entropy_coef=0.01")
+    plain = _fresh_module(make_cfg, *overrides, perturb=True)
+    probed = _fresh_module(make_cfg, *overrides, perturb=True)
+    assert _same(_snapshot(plain.model), _snapshot(probed.model))
+    batch = _hand_batch(plain.policy, RETURNS)
+    modes = {n: m.training for n, m in probed.named_modules()}
+    rng = torch.get_rng_state()
+
+    metrics = GradBucketAnalysis(every=1).on_rollout(probed, batch, step=1)
+
+    assert torch.equal(rng, torch.get_rng_state())  # no torch RNG drawn
+    assert modes == {n: m.training for n, m in probed.named_modules()}  # train/eval flags restored
+    assert all(p.grad is None for p in probed.parameters())  # autograd.grad, not .backward
+    assert _same(_snapshot(plain.model), _snapshot(probed.model))
+    before = _snapshot(plain.model)
+    out_plain = plain.update(batch, np.arange(4), None, 1.0)
+    out_probed = probed.update(batch, np.arange(4), None, 1.0)
+    assert out_plain["actor/grad_norm"] == out_probed["actor/grad_norm"]
+    assert _same(_snapshot(plain.model), _snapshot(probed.model))
+    assert not _same(before, _snapshot(plain.model))  # the update did move the weights
+
+    # P=4 prompts into 6 buckets: buckets 0..3 hold one prompt each (ascending RV: g1, g3, g2, g0), 4-5 empty.
+    keys = {k for k in metrics if k.startswith("grad_bucket/")}
+    assert keys == {f"grad_bucket/{k}/{m}" for k in range(4) for m in ("task_norm", "reg_norm", "rv_mean")}
+    for k in range(4):
+        for m in ("task_norm", "reg_norm"):
+            v = metrics[f"grad_bucket/{k}/{m}"]
+            assert math.isfinite(v) and v >= 0
+        assert metrics[f"grad_bucket/{k}/reg_norm"] > 0
+    assert [metrics[f"grad_bucket/{k}/rv_mean"] for k in range(4)] == pytest.approx([0.0, 0.0025, 0.25, 1 / 3])
+    assert metrics["grad_bucket/0/task_norm"] == 0.0  # zero-variance prompt: no task gradient
+    assert metrics["grad_bucket/1/task_norm"] > 0
+
+
+def test_grad_bucket_skips_off_steps_and_empty_buckets(make_cfg, tiny_policy):
+    module = AgentRLModule(make_cfg(), tiny_policy)
+    batch = _hand_batch(tiny_policy, RETURNS[:2])
+    cb = GradBucketAnalysis(every=3)
+    assert cb.on_rollout(module, batch, step=2) == {}
+    metrics = cb.on_rollout(module, batch, step=3)
+    assert {k.split("/")[1] for k in metrics if k.startswith("grad_bucket/")} == {"0", "1"}
+    assert GradBucketAnalysis(every=0).on_rollout(module, batch, step=1) == {}
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "dr_grpo"])
+def test_group_loss_terms_reproduce_the_update_gradient(make_cfg, algorithm):
+    # task + reg over every group is the update's own objective (scale 1, one epoch), so its gradient
+    # norm must equal the pre-clip actor/grad_norm of update() from the same weights.
+    module = _fresh_module(make_cfg, f"algorithm={algorithm}", "algorithm.max_grad_norm=1e9", "algorithm.kl_coef=0.1",
+                           "algorithm.entropy_coef=0.01", perturb=True)
+    batch = _hand_batch(module.policy, RETURNS)
+    params = [p for p in module.model.parameters() if p.requires_grad]
+    task, reg = group_loss_terms(module, batch, np.arange(4))
+    norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in torch.autograd.grad(task + reg, params)]))
+    metrics = module.update(batch, np.arange(4), None, 1.0)
+    assert float(norm) == pytest.approx(metrics["actor/grad_norm"], rel=1e-5)
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "dr_grpo", "ppo"])
+def test_group_loss_terms_match_the_task_term_of_every_algorithm(make_cfg, tiny_policy, algorithm):
+    # Group advantages depend on each prompt's own returns only, so a subset's task loss equals the loss
+    # of the batch holding just that subset; a constant group gives an exactly zero task loss.
+    module = AgentRLModule(make_cfg(f"algorithm={algorithm}", "rollout.num_prompts=4"), tiny_policy)
+    batch = _hand_batch(tiny_policy, RETURNS)
+    task, reg = group_loss_terms(module, batch, [0, 2])
+    task_sub, reg_sub = group_loss_terms(module, batch.select_groups([0, 2]), [0, 1])
+    assert torch.allclose(task, task_sub) and torch.allclose(reg, reg_sub)
+    assert task.requires_grad and reg.requires_grad
+    assert float(group_loss_terms(module, batch, [1])[0].detach()) == 0.0
+
+
+def test_train_wires_the_bucket_callback_only_when_enabled(make_cfg):
+    from agentcollapse.cli.train import _diagnostic_callbacks
+
+    assert not any(isinstance(c, GradBucketAnalysis) for c in _diagnostic_callbacks(make_cfg()))
+    found = [c for c in _diagnostic_callbacks(make_cfg("diagnostics.grad_buckets_every=3")) if isinstance(c, GradBucketAnalysis)]
+    assert len(found) == 1 and found[0].every == 3
