@@ -24,9 +24,9 @@ class WarmStartConfig:
     """Supervised warm start of the tiny policy on planner demonstrations (cached by content)."""
 
     episodes: int = 4000
-    steps: int = 1200  # optimizer steps over the episodes
+    steps: int = 200  # optimizer steps (length-bucketed batches of episodes)
     batch_size: int = 32
-    lr: float = 2e-3
+    lr: float = 3e-3
     suboptimal_prob: float = 0.3  # share of turns whose actions are random: RL headroom
     template_prob: float = 0.1  # share of turns with input-agnostic reasoning: the collapse attractor
     context_loss_weight: float = 1.0  # loss weight of observation tokens relative to response tokens
@@ -50,7 +50,7 @@ class ModelConfig:
     hidden_size: int = 128
     num_layers: int = 4
     num_heads: int = 4
-    intermediate_size: int = 512
+    intermediate_size: int = 384
     dtype: str = "float32"
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     lora: LoraConfig = field(default_factory=LoraConfig)

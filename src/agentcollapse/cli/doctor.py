@@ -16,8 +16,12 @@ def _check(ok: bool, label: str, fix: str = "") -> bool:
     return ok
 
 
-def doctor() -> int:
-    """Print one line per check; exit status 1 when anything needs fixing."""
+def doctor(overrides: list[str] | None = None) -> int:
+    """Print one line per check; exit status 1 when anything needs fixing.
+
+    ``overrides`` are the train command's (``agentcollapse doctor cache_dir=/scratch/cache``), so the
+    cache dir and wandb mode checked are the ones a run with them would use.
+    """
     results = []
     for name in REQUIRED:
         try:
@@ -26,7 +30,12 @@ def doctor() -> int:
             results.append(_check(False, f"{name} missing", "run `make venv` (installs the pinned set)"))
     from agentcollapse.benchmarking import compose_config
 
-    cfg = compose_config([])
+    try:
+        cfg = compose_config(list(overrides or []))
+    except Exception as exc:  # a bad override: say so and check the defaults instead (never crash the doctor)
+        message = (str(exc).splitlines() or [type(exc).__name__])[0]
+        results.append(_check(False, f"overrides {' '.join(overrides or [])} do not compose: {message}", "fix or drop them"))
+        cfg = compose_config([])
     cache = Path(cfg.cache_dir).expanduser()
     try:
         cache.mkdir(parents=True, exist_ok=True)
@@ -37,8 +46,13 @@ def doctor() -> int:
         results.append(_check(False, f"cache dir {cache} not writable ({exc.strerror})", "set AGENTCOLLAPSE_CACHE or cache_dir=..."))
     free_gb = shutil.disk_usage(cache if cache.exists() else Path.cwd()).free / 2**30
     results.append(_check(free_gb > 2, f"free disk {free_gb:.1f} GiB at the cache", "free some space (runs and caches need ~1 GiB)"))
-    mode = os.environ.get("WANDB_MODE", cfg.logger.wandb.mode)
-    results.append(_check(mode in ("offline", "disabled", "online"), f"wandb mode {mode} (offline by default: no login needed)"))
+    # A run sets WANDB_MODE from logger.wandb.mode (cli/train.py), so the config decides, not the environment.
+    mode = cfg.logger.wandb.mode if cfg.logger.wandb.enabled else "disabled"
+    env_mode = os.environ.get("WANDB_MODE")
+    if env_mode and env_mode != mode:
+        print(f"[note] WANDB_MODE={env_mode} in the environment; runs use logger.wandb.mode={mode} instead")
+    results.append(_check(mode in ("offline", "disabled", "online"), f"wandb mode {mode} (offline by default: no login needed)",
+                          "set WANDB_MODE (or logger.wandb.mode) to offline, online or disabled"))
     try:
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM

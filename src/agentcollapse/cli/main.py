@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> None:
         elif command == "doctor":
             from agentcollapse.cli.doctor import doctor
 
-            sys.exit(doctor())
+            sys.exit(doctor(rest))
         else:
             raise UserError(f"unknown command {command!r}; commands: {', '.join(COMMANDS)} (see agentcollapse --help)")
     except UserError as exc:

@@ -1,7 +1,12 @@
 """Train one run (or a Hydra multirun sweep): ``agentcollapse train env=frozenlake algorithm=grpo``.
 
 Every run writes a record (config.yaml, metrics.csv, summary.json) to its directory. A failure inside a
-run is written to its summary as ``failed`` with the reason, so a sweep records it and goes on.
+run is written to its summary as ``failed`` with the reason, so a sweep records it and goes on; SIGTERM or
+SIGINT is written as ``interrupted`` and the run continues with ``resume=true run_dir=<dir>`` from its
+last checkpoint, reproducing an uninterrupted run's metrics exactly (per-iteration seeds come from
+``seed`` and the iteration counter, and checkpoints carry the RNG states and diagnostics state).
+Bad input (an unknown name or key, a bad number, an unusable path) fails before anything is written,
+with one line that names the fix.
 """
 
 from __future__ import annotations
@@ -250,7 +255,8 @@ def run_training(cfg_in: DictConfig | RunConfig) -> dict[str, Any]:
         reason = module.stop_reason or f"reached trainer.max_steps={cfg.trainer.max_steps}"
         recorder.write_summary("finished", reason=reason, iteration=module.iteration)
     except (KeyboardInterrupt, Interrupted, SIGTERMException) as exc:
-        _ignore_interrupts()  # a second Ctrl+C must not cut the record short
+        if previous:
+            _ignore_interrupts()  # a second Ctrl+C must not cut the record short (restored in finally)
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
         iteration = module.iteration if module is not None else 0
         recorder.write_summary("interrupted", reason=_interrupted_reason(signum, iteration, run_dir), iteration=iteration)
@@ -287,8 +293,8 @@ def _interrupted_reason(signum: int, iteration: int, run_dir: Path) -> str:
     try:
         resumable = f"resume from iteration {_checkpoint_iteration(last)} with resume=true run_dir={run_dir}"
     except UserError:
-        resumable = "no checkpoint was written yet (trainer.checkpoint_every); start a fresh run"
-    return f"interrupted by {signal.Signals(signum).name} during iteration {iteration + 1}; {resumable}"
+        resumable = "no checkpoint was written yet (trainer.checkpoint_every), so start again in a new run_dir"
+    return f"interrupted by {signal.Signals(signum).name} after {iteration} iteration(s); {resumable}"
 
 
 def _checkpoint_iteration(ckpt: Path) -> int:

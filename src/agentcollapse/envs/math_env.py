@@ -56,11 +56,14 @@ def normalize_answer(text: str) -> Fraction | None:
     elif s.startswith("-$") or s.startswith("+$"):
         s = s[0] + s[2:]
     s = s.rstrip(".")
-    if _NUMBER.fullmatch(s):
-        return Fraction(s)
-    fraction = _FRACTION.fullmatch(s)
-    if fraction and int(fraction.group(2)) != 0:
-        return Fraction(int(fraction.group(1)), int(fraction.group(2)))
+    try:  # a number too long for int() (over sys.get_int_max_str_digits() digits) is not an answer either
+        if _NUMBER.fullmatch(s):
+            return Fraction(s)
+        fraction = _FRACTION.fullmatch(s)
+        if fraction and int(fraction.group(2)) != 0:
+            return Fraction(int(fraction.group(1)), int(fraction.group(2)))
+    except ValueError:
+        return None
     return None
 
 
