@@ -118,3 +118,17 @@ def test_bad_settings_are_user_errors():
         envs.make("frozenlake", slip=1.5)
     with pytest.raises(UserError, match="frozenlake"):
         envs.make("no_such_env")
+
+
+def test_grounding_scores_true_and_false_state_claims():
+    env = envs.make("frozenlake")
+    env.reset(9)
+    think, _ = env.demonstration(random.Random(1), suboptimal_prob=0.0)
+    assert env.grounding(think) == 1.0  # the planner only says true things
+    row, col = env.position
+    wrong = f"I am at ( {(row + 1) % 4} , {(col + 1) % 4} ) ."
+    assert env.grounding(wrong) == 0.0
+    assert env.grounding(env.templates[0]) is None  # a template makes no claim about the state
+    for seed in range(100):  # every demonstration is fully grounded, whatever its wording
+        env.reset(seed)
+        assert env.grounding(env.demonstration(random.Random(seed))[0]) == 1.0

@@ -77,6 +77,12 @@ class TextEnv(ABC):
     def demonstration(self, rng: random.Random, suboptimal_prob: float = 0.0) -> tuple[str, str]:
         """Planner reasoning (grounded in the current state, varied wording) and answer text."""
 
+    def grounding(self, think: str) -> float | None:
+        """Share of the checkable claims about the current state in ``think`` that are true, or None
+        when it makes none. Retrieval accuracy can stay high while reasoning restates coordinates and
+        stops saying true things about the state; this tracks the latter. Envs override it."""
+        return None
+
     def template_reasoning(self, rng: random.Random) -> str:
         """Input-agnostic reasoning that would fit any state (the collapse attractor)."""
         return rng.choice(self.templates)

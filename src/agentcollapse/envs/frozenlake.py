@@ -154,48 +154,72 @@ class FrozenLakeEnv(TextEnv):
             out[ACTION_NAMES[action].lower()] = _CELL_WORD[self.desc[r][c]] if inside else "wall"
         return out
 
+    def goal_direction(self) -> str:
+        """Where the goal lies relative to the player, e.g. "down and right" ("here" on it)."""
+        row, col = self.position
+        g_row, g_col = self.goal
+        vertical = "down" if g_row > row else "up" if g_row < row else ""
+        horizontal = "right" if g_col > col else "left" if g_col < col else ""
+        return " and ".join(d for d in (vertical, horizontal) if d) or "here"
+
     def observation(self) -> str:
+        # The player's line comes last, next to where the reasoning starts: a small model copies
+        # nearby facts long before it learns to look far back.
         row, col = self.position
         g_row, g_col = self.goal
         around = " , ".join(f"{d} {what}" for d, what in self.neighbours().items())
         return (
             f"{self.render_grid()}\n"
-            f"You are at ( {row} , {col} ) . The goal is at ( {g_row} , {g_col} ) .\n"
-            f"Around you : {around} ."
+            f"The goal is at ( {g_row} , {g_col} ) , {self.goal_direction()} of you .\n"
+            f"Around you : {around} .\n"
+            f"You are at ( {row} , {col} ) ."
         )
+
+    def grounding(self, think: str) -> float | None:
+        """Checks the position named (the first coordinate pair that is not the goal's) and every
+        hole claim ("hole left", "no hole", "all sides are safe") against the current state."""
+        words = think.lower().split()
+        claims: list[bool] = []
+        pairs = [(words[i + 1], words[i + 3]) for i in range(len(words) - 4) if words[i] == "(" and words[i + 4] == ")"]
+        goal = tuple(str(x) for x in self.goal)
+        named = [p for p in pairs if p != goal]
+        if named:
+            claims.append(named[0] == tuple(str(x) for x in self.position))
+        holes = {d for d, what in self.neighbours().items() if what == "hole"}
+        if "hole" in words:
+            if "no" in words or "safe" in words:
+                claims.append(not holes)
+            else:
+                start = words.index("hole") + 1
+                end = words.index(".", start) if "." in words[start:] else len(words)
+                said = {w for w in words[start:end] if w in ("left", "down", "right", "up")}
+                claims.append(said == holes)
+        elif "safe" in words:
+            claims.append(not holes)
+        return float(sum(claims) / len(claims)) if claims else None
 
     # -- planner ----------------------------------------------------------------------------
     def plan(self) -> list[int] | None:
         return shortest_path(self.desc, self.position)
 
     def demonstration(self, rng: random.Random, suboptimal_prob: float = 0.0) -> tuple[str, str]:
+        """Position, goal direction, hazards, then the move: every clause true of the current state."""
         row, col = self.position
-        g_row, g_col = self.goal
         path = self.plan() or [rng.randrange(4)]
         n_moves = min(len(path), self.max_actions_per_turn, rng.choice((1, 2)))
         actions = list(path[:n_moves])
         if rng.random() < suboptimal_prob:
             actions = [rng.randrange(4) for _ in range(n_moves)]
-        vertical = "down" if g_row > row else "up" if g_row < row else ""
-        horizontal = "right" if g_col > col else "left" if g_col < col else ""
-        direction = " and ".join(d for d in (vertical, horizontal) if d) or "here"
+        direction = self.goal_direction()
         holes = [d for d, what in self.neighbours().items() if what == "hole"]
         first = ACTION_NAMES[actions[0]].lower()
         parts = [
-            rng.choice(
-                (
-                    f"I am at ( {row} , {col} ) and the goal is at ( {g_row} , {g_col} ) .",
-                    f"My position is ( {row} , {col} ) , the goal is at ( {g_row} , {g_col} ) .",
-                    f"The goal ( {g_row} , {g_col} ) is {direction} of me at ( {row} , {col} ) .",
-                )
-            )
+            rng.choice((f"I am at ( {row} , {col} ) .", f"My position is ( {row} , {col} ) .", f"I stand at ( {row} , {col} ) .")),
+            rng.choice((f"The goal is {direction} .", f"The goal lies {direction} of me .", f"I need to go {direction} .")),
         ]
         if holes:
             parts.append(rng.choice((f"There is a hole {' and '.join(holes)} .", f"Avoid the hole {' and '.join(holes)} .")))
         else:
             parts.append(rng.choice(("No hole next to me .", "All sides are safe .")))
-        parts.append(
-            rng.choice((f"So I move {first} .", f"Going {first} is the plan .", f"I will go {first} ."))
-        )
-        answer = " || ".join(ACTION_NAMES[a] for a in actions)
-        return " ".join(parts), answer
+        parts.append(rng.choice((f"So I move {first} .", f"Going {first} is the plan .", f"I will go {first} .")))
+        return " ".join(parts), " || ".join(ACTION_NAMES[a] for a in actions)

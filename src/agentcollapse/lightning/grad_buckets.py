@@ -78,7 +78,7 @@ def group_loss_terms(module: Any, batch: RolloutBatch, groups: list[int] | np.nd
     task = zero
     reg = zero
     for idx in module.micro_batches(seqs):
-        mb = {k: v.to(device) for k, v in collate(seqs, idx, module.pad_id).items()}
+        mb = collate(seqs, idx, module.pad_id, device)
         mask = mb["response_mask"]
         logits, logp, _ = module.forward_sequences(mb, with_values=False)
         advantages = traj_adv[[seqs.traj_index[i] for i in idx]].to(device)[:, None] * mask
@@ -93,7 +93,7 @@ def group_loss_terms(module: Any, batch: RolloutBatch, groups: list[int] | np.nd
                 ref_logp = module.forward_sequences(mb, with_values=False)[1]
             kl = aggregate_loss(kl_penalty(logp, ref_logp, algo.kl_estimator), mask, algo.loss_agg_mode, norm_length=norm_length)
             reg_mb = reg_mb + algo.kl_coef * kl
-        weight = float(mask.sum()) / total_tokens if algo.loss_agg_mode == "token-mean" else len(idx) / n
+        weight = module.micro_batch_weight(algo.loss_agg_mode, float(mask.sum()), total_tokens, len(idx), n)
         task = task + pl.loss * weight
         reg = reg + reg_mb * weight
     return task, reg

@@ -86,6 +86,7 @@ class AgentRLModule(L.LightningModule):
             )
         hidden = int(getattr(self.model.config, "hidden_size"))
         self.value_head = ValueHead(hidden) if self.algo.use_critic else None
+        self.model.train()  # from_pretrained leaves eval mode; rollouts switch to eval themselves
         self.automatic_optimization = False
         self.iteration = 0  # RL iterations done (the env-seed cursor); saved in checkpoints
         self.empty_steps = 0  # consecutive iterations whose filtered batch was empty
@@ -103,18 +104,31 @@ class AgentRLModule(L.LightningModule):
         return torch.optim.AdamW(groups, weight_decay=0.0)
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        import random
+
         # Only trainable tensors: the frozen base is rebuilt from the cache, so checkpoints stay small.
         trainable = {n for n, p in self.named_parameters() if p.requires_grad}
         checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
+        np_state = np.random.get_state()
         checkpoint["agentcollapse"] = {
             "iteration": self.iteration,
             "empty_steps": self.empty_steps,
             "nonfinite_steps": self.nonfinite_steps,
             "nonfinite_total": self.nonfinite_total,
-            "rng": {"torch": torch.get_rng_state(), "numpy": np.random.get_state()},
+            # Plain types and tensors only, so torch.load(weights_only=True) can read the checkpoint.
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "numpy": {
+                    "name": str(np_state[0]), "keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
+                    "has_gauss": int(np_state[3]), "cached_gaussian": float(np_state[4]),
+                },
+                "python": random.getstate(),
+            },
         }
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        import random
+
         state = checkpoint.get("agentcollapse")
         if state is None:
             raise UserError("checkpoint has no agentcollapse state; it was not written by this project")
@@ -122,8 +136,17 @@ class AgentRLModule(L.LightningModule):
         self.empty_steps = int(state["empty_steps"])
         self.nonfinite_steps = int(state["nonfinite_steps"])
         self.nonfinite_total = int(state["nonfinite_total"])
-        torch.set_rng_state(state["rng"]["torch"])
-        np.random.set_state(state["rng"]["numpy"])
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"])
+        np_state = rng["numpy"]
+        if isinstance(np_state, dict):
+            keys = np_state["keys"].numpy().astype(np.uint32)
+            np.random.set_state((np_state["name"], keys, np_state["pos"], np_state["has_gauss"], np_state["cached_gaussian"]))
+        else:  # an older checkpoint that pickled numpy's state tuple as is
+            np.random.set_state(np_state)
+        if "python" in rng:
+            version, internal, gauss = rng["python"]
+            random.setstate((version, tuple(internal), gauss))
         # Frozen weights are not in the checkpoint; fill them from the live model so strict loading passes.
         own = self.state_dict()
         checkpoint["state_dict"] = {**own, **checkpoint["state_dict"]}
@@ -209,6 +232,8 @@ class AgentRLModule(L.LightningModule):
         scores = group_scores(values, f.metric)
         value = tuple(f.value) if isinstance(f.value, (list, tuple)) else f.value
         kept = select_groups(scores, f.strategy, value, f.include_zero, f.top_p_mode, f.selection_eps)
+        if f.metric in ("reward_variance", "reward_std") and np.all(scores <= 1e-12):
+            kept = kept[:0]  # METHOD.md 5: no group carries task signal, so skip rather than regularise only
         rv = group_scores(returns, "reward_variance")
         out = {
             "filter/kept_count": float(len(kept)),
@@ -235,7 +260,7 @@ class AgentRLModule(L.LightningModule):
         totals = np.zeros(len(rollout.trajectories))
         counts = np.zeros(len(rollout.trajectories))
         for idx in self.micro_batches(seqs):
-            mb = collate(seqs, idx, self.pad_id)
+            mb = collate(seqs, idx, self.pad_id, self.device)
             logits = self.model(input_ids=mb["input_ids"], attention_mask=mb["attention_mask"]).logits
             ent = entropy_from_logits(logits[:, :-1]) * mb["response_mask"]
             for row, i in enumerate(idx):
@@ -255,6 +280,17 @@ class AgentRLModule(L.LightningModule):
         size = self.cfg.algorithm.micro_batch_size
         return [order[i : i + size] for i in range(0, len(order), size)]
 
+    @staticmethod
+    def micro_batch_weight(mode: str, mb_tokens: float, total_tokens: float, mb_seqs: int, total_seqs: int) -> float:
+        """Weight of a micro-batch's aggregated loss so the sum over micro-batches equals the loss of
+        the whole batch aggregated in one piece (``seq-mean-token-sum-norm`` aggregates a *sum* over
+        sequences, divided by the constant length, so it is averaged over all sequences here)."""
+        if mode == "token-mean":
+            return mb_tokens / total_tokens
+        if mode == "seq-mean-token-sum-norm":
+            return 1.0 / total_seqs
+        return mb_seqs / total_seqs
+
     def forward_sequences(self, mb: dict[str, torch.Tensor], with_values: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         out = self.model(
             input_ids=mb["input_ids"], attention_mask=mb["attention_mask"], output_hidden_states=with_values
@@ -266,14 +302,14 @@ class AgentRLModule(L.LightningModule):
         algo = self.algo
         t0 = time.perf_counter()
         batch = rollout.select_groups(kept_groups)
-        returns = torch.as_tensor(batch.returns(), dtype=torch.float32)
+        returns = torch.as_tensor(batch.returns(), dtype=torch.float32, device=self.device)
         seqs = build_sequences(batch)
         if traj_mask is not None:  # trajectory-level filter: drop unkept trajectories' sequences
             flat = traj_mask[kept_groups].reshape(-1)
             keep = [i for i, t in enumerate(seqs.traj_index) if flat[t]]
             seqs = Sequences(*[[getattr(seqs, f)[i] for i in keep] for f in ("input_ids", "loss_mask", "traj_index", "is_last")])
         n = len(seqs.input_ids)
-        micro = [(idx, collate(seqs, idx, self.pad_id)) for idx in self.micro_batches(seqs)]
+        micro = [(idx, collate(seqs, idx, self.pad_id, self.device)) for idx in self.micro_batches(seqs)]
         # Scoring pass (no grad): behaviour log-probs, reference log-probs (adapter off), old values.
         # With one epoch the update runs on the behaviour policy itself, so its own detached
         # log-probs are the old ones and that forward is skipped.
@@ -339,7 +375,7 @@ class AgentRLModule(L.LightningModule):
                     vl, _ = value_loss(values, value_targets[k], old_values[k], mask)
                     loss = loss + vl
                     stats["value_loss"].append(float(vl.detach()))
-                weight = float(mask.sum()) / total_tokens if algo.loss_agg_mode == "token-mean" else len(idx) / n
+                weight = self.micro_batch_weight(algo.loss_agg_mode, float(mask.sum()), total_tokens, len(idx), n)
                 loss = loss * weight * scale
                 if not torch.isfinite(loss):
                     nonfinite = True
@@ -387,7 +423,7 @@ class AgentRLModule(L.LightningModule):
         for temp in self.cfg.trainer.val_temperatures:
             batch, _ = collect_rollouts(
                 self.policy, self.make_env, seeds, 1, temp, self.cfg.rollout.max_new_tokens,
-                sample_seed=12345, generation_batch_size=self.cfg.rollout.generation_batch_size,
+                sample_seed=12345 + self.cfg.seed, generation_batch_size=self.cfg.rollout.generation_batch_size,
             )
             out[validation_metric_name(temp)] = float(batch.successes().mean())
             if temp == 0.5:

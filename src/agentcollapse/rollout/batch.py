@@ -21,6 +21,7 @@ class Turn:
     format_valid: bool
     action_is_valid: bool
     reward: float  # env reward for this turn, format penalty included
+    grounding: float | None = None  # share of true state claims in the reasoning (None: no claims)
 
 
 @dataclass

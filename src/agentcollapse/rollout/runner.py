@@ -95,6 +95,7 @@ def collect_rollouts(
                 generated_tokens += len(response_ids)
                 text = policy.decode(response_ids)
                 parsed = parse_response(text)
+                grounding = env.grounding(parsed.think) if parsed.think else None  # before the state moves
                 obs, reward, done, info = env.step(parsed.answer if parsed.format_valid else "")
                 traj = trajectories[index]
                 traj.turns.append(
@@ -107,6 +108,7 @@ def collect_rollouts(
                         format_valid=parsed.format_valid,
                         action_is_valid=bool(info["action_is_valid"]),
                         reward=reward,
+                        grounding=grounding,
                     )
                 )
                 traj.success = bool(info["success"])
@@ -131,7 +133,9 @@ def rollout_metrics(batch: RolloutBatch, prefix: str = "rollout") -> dict[str, f
     turns = [t for traj in batch.trajectories for t in traj.turns]
     returns = batch.returns()
     group_std = returns.std(axis=1, ddof=1) if batch.group_size > 1 else np.zeros(batch.num_prompts)
+    grounded = [t.grounding for t in turns if t.grounding is not None]
     return {
+        f"{prefix}/state_grounding": float(np.mean(grounded)) if grounded else float("nan"),
         f"{prefix}/success_rate": float(batch.successes().mean()),
         f"{prefix}/return_mean": float(returns.mean()),
         f"{prefix}/format_valid_rate": float(np.mean([t.format_valid for t in turns])) if turns else 0.0,

@@ -53,12 +53,13 @@ def pad_right(rows: list[list[int]], value: int) -> torch.Tensor:
     return out
 
 
-def collate(seqs: Sequences, indices: list[int], pad_id: int) -> dict[str, torch.Tensor]:
+def collate(seqs: Sequences, indices: list[int], pad_id: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """Right-padded tensors for the chosen sequences; ``response_mask`` is aligned with targets ids[:, 1:]."""
     ids = pad_right([seqs.input_ids[i] for i in indices], pad_id)
     attn = pad_right([[1] * len(seqs.input_ids[i]) for i in indices], 0)
     mask = pad_right([seqs.loss_mask[i] for i in indices], 0)
-    return {"input_ids": ids, "attention_mask": attn, "response_mask": mask[:, 1:].float()}
+    out = {"input_ids": ids, "attention_mask": attn, "response_mask": mask[:, 1:].float()}
+    return {k: v.to(device) for k, v in out.items()}
 
 
 def gather_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
