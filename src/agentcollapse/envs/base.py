@@ -97,6 +97,55 @@ class TextEnv(ABC):
     @abstractmethod
     def _reset(self, seed: int) -> None: ...
 
-    @abstractmethod
+    # Grid worlds name their moves here and implement ``_apply``; free-answer envs override ``_act``.
+    action_ids: ClassVar[dict[str, int]] = {}
+
     def _act(self, words: list[str]) -> tuple[float, int, int]:
         """Execute action words in order until done; return (reward, n_valid, n_invalid)."""
+        reward, n_valid, n_invalid = 0.0, 0, 0
+        for word in words:
+            action = self.action_ids.get(word.strip().lower())
+            if action is None:
+                n_invalid += 1
+                continue
+            if self.terminal or self.actions_taken >= self.max_actions:
+                break
+            n_valid += 1
+            self.actions_taken += 1
+            reward += self._apply(action)
+        return reward, n_valid, n_invalid
+
+    def _apply(self, action: int) -> float:
+        """One move of a grid world: update the state, set ``terminal``/``success``, return the reward."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _apply or override _act")
+
+
+class SingleAnswerEnv(TextEnv):
+    """One turn, one free-text answer (Countdown, Math): the whole answer is judged, not split on "||"."""
+
+    max_turns = 1
+    max_actions = 1
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._answer_text = ""
+        self._reason: str | None = None
+
+    def step(self, action_text: str) -> tuple[str, float, bool, dict[str, Any]]:
+        self._answer_text = action_text if isinstance(action_text, str) else ""
+        self._reason = None
+        observation, reward, done, info = super().step(self._answer_text)
+        if self._reason is not None:
+            info["reason"] = self._reason
+        return observation, reward, done, info
+
+    def _act(self, words: list[str]) -> tuple[float, int, int]:
+        reward, valid, success, self._reason = self.judge(self._answer_text)
+        self.actions_taken += 1
+        self.terminal = True
+        self.success = success
+        return reward, int(valid), int(not valid)
+
+    @abstractmethod
+    def judge(self, text: str) -> tuple[float, bool, bool, str | None]:
+        """(reward, is a valid answer, success, reason it fell short or None) for one answer."""

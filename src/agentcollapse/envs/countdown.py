@@ -25,10 +25,10 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, ClassVar, Union
+from typing import ClassVar, Union
 
 from agentcollapse.envs import register
-from agentcollapse.envs.base import TextEnv
+from agentcollapse.envs.base import SingleAnswerEnv
 from agentcollapse.errors import UserError
 
 MAX_EXPRESSION_CHARS = 100
@@ -250,10 +250,8 @@ def _fmt_value(value: Fraction) -> str:
 
 
 @register("countdown")
-class CountdownEnv(TextEnv):
+class CountdownEnv(SingleAnswerEnv):
     name = "countdown"
-    max_turns = 1
-    max_actions = 1
     max_actions_per_turn = 1
     templates: ClassVar[tuple[str, ...]] = (
         "I should combine the numbers carefully to reach the target .",
@@ -273,8 +271,6 @@ class CountdownEnv(TextEnv):
         self.max_number, self.max_target = int(max_number), int(max_target)
         self.numbers: list[int] = []
         self.target = 0
-        self._answer_text = ""
-        self._reason: str | None = None
 
     # -- generation -----------------------------------------------------------------------
     def _reset(self, seed: int) -> None:
@@ -296,15 +292,6 @@ class CountdownEnv(TextEnv):
                 return
 
     # -- one answer -----------------------------------------------------------------------
-    def step(self, action_text: str) -> tuple[str, float, bool, dict[str, Any]]:
-        # The whole answer is one expression: keep the raw text (the base class would split on "||").
-        self._answer_text = action_text if isinstance(action_text, str) else ""
-        self._reason = None
-        observation, reward, done, info = super().step(self._answer_text)
-        if self._reason is not None:
-            info["reason"] = self._reason
-        return observation, reward, done, info
-
     def score(self, text: str) -> tuple[float, bool, str | None]:
         """(reward, parsed, reason) of an answer, without stepping the env."""
         try:
@@ -322,12 +309,9 @@ class CountdownEnv(TextEnv):
             return SUCCESS_REWARD, True, None
         return USES_NUMBERS_REWARD, True, f"the expression equals {_fmt_value(value)}, not {self.target}"
 
-    def _act(self, words: list[str]) -> tuple[float, int, int]:
-        reward, parsed, self._reason = self.score(self._answer_text)
-        self.actions_taken += 1
-        self.terminal = True
-        self.success = reward == SUCCESS_REWARD
-        return reward, int(parsed), int(not parsed)
+    def judge(self, text: str) -> tuple[float, bool, bool, str | None]:
+        reward, parsed, reason = self.score(text)
+        return reward, parsed, reward == SUCCESS_REWARD, reason
 
     # -- text -----------------------------------------------------------------------------
     @property

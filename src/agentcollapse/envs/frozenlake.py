@@ -64,6 +64,7 @@ def shortest_path(desc: list[str], start: tuple[int, int]) -> list[int] | None:
 @register("frozenlake")
 class FrozenLakeEnv(TextEnv):
     name = "frozenlake"
+    action_ids = ACTIONS
     templates: ClassVar[tuple[str, ...]] = (
         "I should think about the safest move and then act carefully .",
         "Let me consider my options and pick a good direction .",
@@ -112,24 +113,13 @@ class FrozenLakeEnv(TextEnv):
         flat = "".join(self.desc).index("G")
         return divmod(flat, self.size)
 
-    def _act(self, words: list[str]) -> tuple[float, int, int]:
+    def _apply(self, action: int) -> float:
         assert self.gym is not None, "call reset(seed) first"
-        reward, n_valid, n_invalid = 0.0, 0, 0
-        for word in words:
-            action = ACTIONS.get(word.strip().lower())
-            if action is None:
-                n_invalid += 1
-                continue
-            if self.terminal or self.actions_taken >= self.max_actions:
-                break
-            n_valid += 1
-            self.actions_taken += 1
-            _, r, terminated, _, _ = self.gym.step(action)
-            reward += float(r)
-            if terminated:
-                self.terminal = True
-                self.success = self.desc[self.position[0]][self.position[1]] == "G"
-        return reward, n_valid, n_invalid
+        _, reward, terminated, _, _ = self.gym.step(action)
+        if terminated:
+            self.terminal = True
+            self.success = self.desc[self.position[0]][self.position[1]] == "G"
+        return float(reward)
 
     def render_grid(self) -> str:
         row_p, col_p = self.position

@@ -18,10 +18,10 @@ import random
 import re
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from agentcollapse.envs import register
-from agentcollapse.envs.base import TextEnv
+from agentcollapse.envs.base import SingleAnswerEnv
 from agentcollapse.errors import UserError
 
 NAMES = (("Tom", "he"), ("Sam", "he"), ("Ana", "she"), ("Mia", "she"))
@@ -141,10 +141,8 @@ def generate_problem(rng: random.Random, difficulty: int) -> MathProblem:
 
 
 @register("math")
-class MathEnv(TextEnv):
+class MathEnv(SingleAnswerEnv):
     name = "math"
-    max_turns = 1
-    max_actions = 1
     max_actions_per_turn = 1
     templates: ClassVar[tuple[str, ...]] = (
         "I should read the problem carefully and compute the answer .",
@@ -158,8 +156,6 @@ class MathEnv(TextEnv):
             raise UserError(f"env.kwargs.difficulty={difficulty!r} must be 1, 2 or 3")
         self.difficulty = int(difficulty)
         self.problem: MathProblem | None = None
-        self._answer_text = ""
-        self._reason: str | None = None
 
     def _reset(self, seed: int) -> None:
         self.problem = generate_problem(random.Random(seed), self.difficulty)
@@ -170,27 +166,14 @@ class MathEnv(TextEnv):
         return self.problem
 
     # -- one answer -----------------------------------------------------------------------
-    def step(self, action_text: str) -> tuple[str, float, bool, dict[str, Any]]:
-        # The whole answer is one number: keep the raw text (the base class would split on "||").
-        self._answer_text = action_text if isinstance(action_text, str) else ""
-        self._reason = None
-        observation, reward, done, info = super().step(self._answer_text)
-        if self._reason is not None:
-            info["reason"] = self._reason
-        return observation, reward, done, info
-
-    def _act(self, words: list[str]) -> tuple[float, int, int]:
+    def judge(self, text: str) -> tuple[float, bool, bool, str | None]:
         problem = self._require_problem()
-        value = normalize_answer(self._answer_text)
-        self.actions_taken += 1
-        self.terminal = True
+        value = normalize_answer(text)
         if value is None:
-            self._reason = "the answer is not a number" if self._answer_text.strip() else "empty answer"
-            return 0.0, 0, 1
-        self.success = value == problem.answer
-        if not self.success:
-            self._reason = f"{self._answer_text.strip()} is not the right answer"
-        return (1.0 if self.success else 0.0), 1, 0
+            return 0.0, False, False, ("the answer is not a number" if text.strip() else "empty answer")
+        if value != problem.answer:
+            return 0.0, True, False, f"{text.strip()} is not the right answer"
+        return 1.0, True, True, None
 
     # -- text -----------------------------------------------------------------------------
     @property

@@ -181,6 +181,7 @@ def _connected(cells: set[int], width: int) -> bool:
 @register("sokoban")
 class SokobanEnv(TextEnv):
     name = "sokoban"
+    action_ids = ACTIONS
     templates: ClassVar[tuple[str, ...]] = (
         "I should think about the best move and then push carefully .",
         "Let me consider my options and choose a good direction .",
@@ -320,33 +321,23 @@ class SokobanEnv(TextEnv):
         )
 
     # -- dynamics -------------------------------------------------------------------------
-    def _act(self, words: list[str]) -> tuple[float, int, int]:
+    def _apply(self, action: int) -> float:
         room = self._require_room()
-        reward, n_valid, n_invalid = 0.0, 0, 0
-        for word in words:
-            action = ACTIONS.get(word.strip().lower())
-            if action is None:
-                n_invalid += 1
-                continue
-            if self.terminal or self.actions_taken >= self.max_actions:
-                break
-            n_valid += 1
-            self.actions_taken += 1
-            reward += STEP_REWARD
-            player, boxes, pushed = _push(room, self.player, self.boxes, action)
-            if pushed is not None:
-                landed = next(iter(boxes - self.boxes))
-                was_on, now_on = pushed in room.targets, landed in room.targets
-                if now_on and not was_on:
-                    reward += BOX_ON_TARGET_REWARD
-                elif was_on and not now_on:
-                    reward += BOX_OFF_TARGET_REWARD
-            self.player, self.boxes = player, boxes
-            if self.boxes <= room.targets:
-                reward += SOLVED_REWARD
-                self.terminal = True
-                self.success = True
-        return reward, n_valid, n_invalid
+        reward = STEP_REWARD
+        player, boxes, pushed = _push(room, self.player, self.boxes, action)
+        if pushed is not None:
+            landed = next(iter(boxes - self.boxes))
+            was_on, now_on = pushed in room.targets, landed in room.targets
+            if now_on and not was_on:
+                reward += BOX_ON_TARGET_REWARD
+            elif was_on and not now_on:
+                reward += BOX_OFF_TARGET_REWARD
+        self.player, self.boxes = player, boxes
+        if self.boxes <= room.targets:
+            reward += SOLVED_REWARD
+            self.terminal = True
+            self.success = True
+        return reward
 
     # -- text -----------------------------------------------------------------------------
     @property
