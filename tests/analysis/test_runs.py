@@ -1,6 +1,4 @@
-import json
 
-import numpy as np
 import pytest
 
 from agentcollapse.analysis import load_runs, spearman_table

@@ -1,6 +1,6 @@
 """Every environment goes through the whole pipeline: warm start, rollouts, diagnostics, update, record."""
 
-import json
+from pathlib import Path
 
 import pytest
 
@@ -16,5 +16,5 @@ def test_one_iteration_on_every_env(make_cfg, env):
     assert summary["last_step"] == 1
     for key in ("rollout/success_rate", "val/success_rate", "perf/step_time_s", "collapse/valid_thinking_rate"):
         assert key in summary["final"], key
-    config = (pytest.importorskip("pathlib").Path(cfg.run_dir) / "config.yaml").read_text()
+    config = (Path(cfg.run_dir) / "config.yaml").read_text()
     assert f"name: {env}" in config

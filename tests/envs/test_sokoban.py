@@ -177,7 +177,7 @@ def test_demonstration_follows_planner_and_mentions_state():
         assert answer == " || ".join(plan[:2])
         row, col = env.position
         assert f"( {row} , {col} )" in reasoning
-        (br, bc), (tr, tc) = env.box_positions[0], env.target_positions[0]
+        _, (tr, tc) = env.box_positions[0], env.target_positions[0]
         assert f"( {tr} , {tc} )" in reasoning
         assert len([w for w in reasoning.split() if w.isalnum()]) <= 30
     assert len(reasonings) >= 2  # varied wording

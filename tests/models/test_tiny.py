@@ -3,7 +3,6 @@ import os
 import stat
 
 import pytest
-import torch
 
 from agentcollapse.errors import UserError
 from agentcollapse.models.tiny import build_tiny_policy, cache_key, load_tokenizer

@@ -1,4 +1,3 @@
-import pytest
 
 from agentcollapse import envs
 from agentcollapse.rollout.runner import collect_rollouts, rollout_metrics
