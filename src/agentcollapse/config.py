@@ -24,9 +24,11 @@ class WarmStartConfig:
     """Supervised warm start of the tiny policy on planner demonstrations (cached by content)."""
 
     episodes: int = 4000
-    steps: int = 200  # optimizer steps (length-bucketed batches of episodes)
-    batch_size: int = 32
-    lr: float = 3e-3
+    # Many small steps: copying facts from the observation emerges after ~300-400 steps of batch 8
+    # (measured: held-out position-copy accuracy 0.30 at step 100, 1.00 at step 400).
+    steps: int = 1000  # optimizer steps (length-bucketed batches of episodes)
+    batch_size: int = 8
+    lr: float = 2e-3
     suboptimal_prob: float = 0.3  # share of turns whose actions are random: RL headroom
     template_prob: float = 0.1  # share of turns with input-agnostic reasoning: the collapse attractor
     context_loss_weight: float = 1.0  # loss weight of observation tokens relative to response tokens
@@ -106,6 +108,9 @@ class DiagnosticsConfig:
     enabled: bool = True
     compute_freq: int = 5
     score_batch_size: int = 64
+    # Trajectory sampler: (X, Z) pairs drawn per step, each its own column, so cost grows with its
+    # square; 32 matches the first-turn sampler's P x G x P pairs at P=8, G=16.
+    trajectory_samples: int = 32
     grad_buckets_every: int = 0  # 0: off
 
 

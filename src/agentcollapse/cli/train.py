@@ -351,7 +351,12 @@ def _diagnostic_callbacks(cfg: RunConfig) -> list[Any]:
         from agentcollapse.lightning.diagnostics import CollapseDiagnostics
 
         callbacks.append(
-            CollapseDiagnostics(compute_freq=cfg.diagnostics.compute_freq, batch_size=cfg.diagnostics.score_batch_size, seed=cfg.seed)
+            CollapseDiagnostics(
+                compute_freq=cfg.diagnostics.compute_freq,
+                batch_size=cfg.diagnostics.score_batch_size,
+                seed=cfg.seed,
+                trajectory_samples=cfg.diagnostics.trajectory_samples or None,
+            )
         )
     if cfg.diagnostics.grad_buckets_every > 0:
         from agentcollapse.lightning.grad_buckets import GradBucketAnalysis

@@ -1,15 +1,16 @@
 """In-batch cross-scoring: log p_theta(Z_r | X_c) for every reasoning trace r under every context c.
 
-METHOD.md section 3. ``cross_score`` runs one forward over each distinct context (``use_cache=True``),
-keeps its key/value tensors, and scores the traces against them in batches: per batch a fresh
-``DynamicCache`` is built from the context's per-layer tensors expanded along the batch, so the cached
-context is never mutated (``DynamicCache.update`` concatenates into the cache object it is given).
-Only trace tokens are run per (trace, context) pair. ``naive_cross_score`` runs context + trace
-jointly for every pair; it is the reference the cached version is tested against.
+METHOD.md section 3. ``cross_score`` runs one forward over each distinct context but its last token
+(``use_cache=True``) and keeps its key/value tensors; every (context, trace) pair then runs only
+``[last context token] + trace[:-1]`` on top of that cache. Pairs are batched across contexts, sorted
+by trace length, so padding stays small; each batch gets a fresh ``DynamicCache`` over (views of) the
+kept tensors, which the forward grows by concatenation into new storage, so the cached contexts are
+never mutated. ``naive_cross_score`` runs context + trace jointly for every pair; it is the reference
+the cached version is tested against.
 
 Both return a float32 CPU tensor of shape ``[R, C]`` (R = number of traces, C = number of contexts)
 holding the summed (sequence) log-likelihood of each trace; the first trace token is scored by the
-context's last logit. An empty trace scores 0. Contexts must be non-empty.
+logit at the context's last token. An empty trace scores 0. Contexts must be non-empty.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ __all__ = ["cross_score", "naive_cross_score"]
 # Elements of a [rows, T, V] float32 logits chunk processed at once when turning logits into
 # token log-probs (bounds the float32 copy for large vocabularies).
 _LOGPROB_CHUNK_ELEMS = 1 << 26
+# cross_score: a block of contexts holds about this many forwards' worth (x batch_size) of pairs.
+_PAIRS_PER_BLOCK = 8
 
 
 # ----------------------------------------------------------------------------------------------
@@ -97,18 +100,6 @@ def _check_contexts(contexts: Sequence[Sequence[int]]) -> None:
             raise ValueError(f"context {c} is empty: the first trace token needs a conditioning logit")
 
 
-def _pad_traces(traces: Sequence[Sequence[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """Right-padded ids [B, T] (pad id 0) and mask [B, T] (1 = real token)."""
-    t_max = max((len(t) for t in traces), default=0)
-    ids = torch.zeros((len(traces), t_max), dtype=torch.long)
-    mask = torch.zeros((len(traces), t_max), dtype=torch.long)
-    for i, tr in enumerate(traces):
-        if len(tr):
-            ids[i, : len(tr)] = torch.as_tensor(list(tr), dtype=torch.long)
-            mask[i, : len(tr)] = 1
-    return ids.to(device), mask.to(device)
-
-
 def _unique_contexts(contexts: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[int]]:
     """Distinct contexts (first-seen order) and, per context, its index among them."""
     index: dict[tuple[int, ...], int] = {}
@@ -137,21 +128,85 @@ def _layer_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
     return [(k, v) for k, v, *_ in cache]  # pragma: no cover - legacy tuples
 
 
-def _expanded_cache(layers: list[tuple[torch.Tensor, torch.Tensor]], batch: int, config):
-    """A fresh DynamicCache holding the context's keys/values repeated ``batch`` times.
+def _cache_from(layers: list[tuple[torch.Tensor, torch.Tensor]], config):
+    """A DynamicCache whose layers hold the given keys/values ``[B, heads, len, head_dim]`` without a copy.
 
-    DynamicLayer initialisation concatenates into new storage, so later in-place growth of this cache
-    never touches the context tensors kept by the caller.
+    The forward grows each layer with ``torch.cat`` (new storage), so the given tensors are never
+    written to. Where the cache layout is not the expected one, falls back to the public constructor
+    (which copies the tensors once).
     """
     from transformers import DynamicCache
 
-    data = [(k.expand(batch, -1, -1, -1), v.expand(batch, -1, -1, -1)) for k, v in layers]
+    cache = None
     if config is not None:
         try:
-            return DynamicCache(data, config=config)
+            cache = DynamicCache(config=config)
         except (TypeError, ValueError, AttributeError):  # pragma: no cover - config-less fallback
+            cache = None
+    try:
+        if cache is not None and len(getattr(cache, "layers", ())) == len(layers):
+            for layer, (k, v) in zip(cache.layers, layers):
+                if type(layer).__name__ != "DynamicLayer":  # sliding windows etc.: use the public path
+                    raise TypeError
+            for layer, (k, v) in zip(cache.layers, layers):
+                layer.lazy_initialization(k, v)
+                layer.keys, layer.values = k, v
+            return cache
+    except (TypeError, AttributeError):  # pragma: no cover - other transformers versions
+        pass
+    if config is not None:
+        try:
+            return DynamicCache(layers, config=config)
+        except (TypeError, ValueError, AttributeError):  # pragma: no cover
             pass
-    return DynamicCache(data)
+    return DynamicCache(layers)
+
+
+def _prefix_cache(model, ctx: list[int], device: torch.device, keep_last: dict) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """Per-layer keys/values ``[1, heads, len(ctx) - 1, head_dim]`` of ``ctx[:-1]`` (None when that is empty)."""
+    if len(ctx) < 2:
+        return None
+    ids = torch.tensor([ctx[:-1]], dtype=torch.long, device=device)
+    out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, **keep_last)
+    return [(k.detach(), v.detach()) for k, v in _layer_tensors(_output_cache(out))]
+
+
+def _stack_block(caches: list[list[tuple[torch.Tensor, torch.Tensor]] | None]) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+    """The block's prefix caches right-padded with zeros to a common length: per layer ``[k, heads, L, head_dim]``."""
+    present = [c for c in caches if c is not None]
+    if not present:
+        return None
+    length = max(c[0][0].shape[2] for c in present)
+    stacked = []
+    for layer in range(len(present[0])):
+        k0, v0 = present[0][layer]
+        keys = k0.new_zeros((len(caches), k0.shape[1], length, k0.shape[3]))
+        values = v0.new_zeros((len(caches), v0.shape[1], length, v0.shape[3]))
+        for i, c in enumerate(caches):
+            if c is not None:
+                n = c[layer][0].shape[2]
+                keys[i, :, :n] = c[layer][0][0]
+                values[i, :, :n] = c[layer][1][0]
+        stacked.append((keys, values))
+    return stacked
+
+
+def _runs(ids: list[int]) -> list[tuple[int, int]]:
+    """(value, count) of each run of equal consecutive values."""
+    out: list[tuple[int, int]] = []
+    for i in ids:
+        if out and out[-1][0] == i:
+            out[-1] = (i, out[-1][1] + 1)
+        else:
+            out.append((i, 1))
+    return out
+
+
+def _gather_rows(stacked: torch.Tensor, runs: list[tuple[int, int]], length: int) -> torch.Tensor:
+    """Rows of ``stacked[:, :, :length]`` repeated as ``runs`` says: a broadcast view for a single run
+    (the forward's concatenation copies it once), else one concatenation of broadcast views."""
+    views = [stacked[i : i + 1, :, :length].expand(n, -1, -1, -1) for i, n in runs]
+    return views[0] if len(views) == 1 else torch.cat(views, dim=0)
 
 
 def cross_score(
@@ -162,15 +217,24 @@ def cross_score(
 ) -> torch.Tensor:
     """Teacher-forced ``log p(traces[r] | contexts[c])`` summed over trace tokens, as ``[R, C]`` float32 CPU.
 
-    One forward per *distinct* context (identical contexts share the cache and the column values);
-    traces are scored against the cached context in batches of ``batch_size`` (right-padded, attention
-    mask = ones over the context + the trace mask, position ids continuing from ``len(context)``).
+    One forward per *distinct* context over all its tokens but the last fills its key/value cache
+    (identical contexts share the cache and the column values). Then every (context, non-empty trace)
+    pair is scored by a forward over ``[last context token] + trace[:-1]`` on top of that cache, whose
+    logits predict the trace's tokens (the first one from the context's last token). Pairs are formed
+    over blocks of distinct contexts (sorted by length; a block holds about 8 forwards' worth of pairs
+    and at most ``batch_size`` contexts), sorted by trace length and run ``batch_size`` pairs per
+    forward, so the rows of one forward have near-equal trace and context lengths (little padding).
+    Each row's cache is its context's keys/values, zero-padded to the longest context of the forward;
+    padded slots and padded trace tokens are masked out, and position ids continue from each row's own
+    context length. Results do not depend on ``batch_size`` beyond float rounding.
+
     ``model`` is a Hugging Face causal LM or a peft ``PeftModel``; it is put in eval mode under
     ``torch.no_grad`` for the call and its training flags are restored afterwards.
 
-    Memory per batch: ``batch_size`` copies of the context's key/value cache plus the trace logits
+    Memory: the block's caches (at most ``batch_size`` contexts), once stacked and once gathered per
+    forward (``batch_size`` rows x the block's longest context), plus the trace logits
     ``[batch_size, max |Z|, vocab]`` (turned into float32 log-probs in chunks); lower ``batch_size``
-    for long contexts or large vocabularies.
+    for long contexts, deep models or large vocabularies.
     """
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
@@ -187,49 +251,56 @@ def cross_score(
     config = getattr(_base_model(model), "config", None)
     uniq, col_to_uniq = _unique_contexts(contexts)
     uniq_scores = torch.zeros((n_rows, len(uniq)), dtype=torch.float32)
+    rows = [r for r in range(n_rows) if len(traces[r]) > 0]  # empty traces score 0
+    trace_ids = [[int(t) for t in traces[r]] for r in range(n_rows)]
+    ctx_order = sorted(range(len(uniq)), key=lambda u: (len(uniq[u]), u))
+
+    # Contexts per block: enough pairs for ~_PAIRS_PER_BLOCK forwards (so sorting by trace length leaves
+    # little padding), few enough that the block's contexts have near-equal lengths (contexts are
+    # sorted by length) and that its caches stay within batch_size contexts.
+    block_size = min(batch_size, max(1, -(-_PAIRS_PER_BLOCK * batch_size // max(1, len(rows)))))
 
     with _eval_no_grad(model):
-        for u, ctx in enumerate(uniq):
-            ctx_ids = torch.tensor([ctx], dtype=torch.long, device=device)
-            out = model(
-                input_ids=ctx_ids,
-                attention_mask=torch.ones_like(ctx_ids),
-                use_cache=True,
-                **keep_last,
+        for b0 in range(0, len(ctx_order) if rows else 0, block_size):
+            block = ctx_order[b0 : b0 + block_size]
+            stacked = _stack_block([_prefix_cache(model, uniq[u], device, keep_last) for u in block])
+            # (trace length, context length) order: near-equal lengths within each forward
+            pairs = sorted(
+                ((len(trace_ids[r]), len(uniq[u]), i, r) for i, u in enumerate(block) for r in rows),
             )
-            # log-softmax of the context's last logit scores every trace's first token
-            first_lp = torch.log_softmax(out.logits[0, -1].float(), dim=-1)  # [V]
-            layers = [(k.detach(), v.detach()) for k, v in _layer_tensors(_output_cache(out))]
-            del out
-            n_ctx = len(ctx)
-            for s in range(0, n_rows, batch_size):
-                chunk = traces[s : s + batch_size]
+            for s in range(0, len(pairs), batch_size):
+                chunk = sorted(pairs[s : s + batch_size], key=lambda p: (p[2], p[0], p[3]))  # by context
                 b = len(chunk)
-                ids, mask = _pad_traces(chunk, device)
-                t_max = ids.shape[1]
-                if t_max == 0:
-                    continue  # all empty traces: score 0
-                tok_lp = torch.zeros((b, t_max), dtype=torch.float32, device=device)
-                tok_lp[:, 0] = first_lp[ids[:, 0]]
-                if t_max > 1:
-                    inp = ids[:, :-1]
-                    attn = torch.cat(
-                        [torch.ones((b, n_ctx), dtype=torch.long, device=device), mask[:, :-1]], dim=1
-                    )
-                    pos = (torch.arange(t_max - 1, device=device) + n_ctx).unsqueeze(0).expand(b, -1)
-                    cache = _expanded_cache(layers, b, config)
-                    logits = model(
-                        input_ids=inp,
-                        attention_mask=attn,
-                        position_ids=pos,
-                        use_cache=True,
-                        **{cache_kw: cache},
-                    ).logits
-                    tok_lp[:, 1:] = _token_logprobs(logits, ids[:, 1:])
-                    del logits, cache
-                tok_lp = tok_lp * mask.to(tok_lp.dtype)
-                uniq_scores[s : s + b, u] = tok_lp.sum(dim=1).cpu()
-            del layers
+                t_max = max(p[0] for p in chunk)
+                n_ctx_max = max(p[1] for p in chunk) - 1  # cached prefix length of the longest context
+                inp = torch.zeros((b, t_max), dtype=torch.long)
+                tgt = torch.zeros((b, t_max), dtype=torch.long)
+                tmask = torch.zeros((b, t_max), dtype=torch.long)
+                cmask = torch.zeros((b, n_ctx_max), dtype=torch.long)
+                pos = torch.zeros((b, t_max), dtype=torch.long)
+                for j, (n_z, n_x, i, r) in enumerate(chunk):
+                    ctx, tr = uniq[block[i]], trace_ids[r]
+                    inp[j, :n_z] = torch.tensor([ctx[-1], *tr[:-1]], dtype=torch.long)
+                    tgt[j, :n_z] = torch.tensor(tr, dtype=torch.long)
+                    tmask[j, :n_z] = 1
+                    cmask[j, : n_x - 1] = 1
+                    pos[j] = torch.arange(n_x - 1, n_x - 1 + t_max)
+                inp, tgt, tmask, pos = inp.to(device), tgt.to(device), tmask.to(device), pos.to(device)
+                kwargs = {}
+                attn = tmask
+                if n_ctx_max > 0 and stacked is not None:
+                    runs = _runs([p[2] for p in chunk])  # chunk rows are grouped by context
+                    layers = [(_gather_rows(k, runs, n_ctx_max), _gather_rows(v, runs, n_ctx_max)) for k, v in stacked]
+                    kwargs[cache_kw] = _cache_from(layers, config)
+                    attn = torch.cat([cmask.to(device), tmask], dim=1)
+                    del layers
+                logits = model(input_ids=inp, attention_mask=attn, position_ids=pos, use_cache=True, **kwargs).logits
+                tok_lp = _token_logprobs(logits, tgt) * tmask.to(torch.float32)
+                del logits, kwargs
+                scores = tok_lp.sum(dim=1).cpu()
+                for j, (_, _, i, r) in enumerate(chunk):
+                    uniq_scores[r, block[i]] = scores[j]
+            del stacked
 
     result[:] = uniq_scores[:, col_to_uniq]
     return result

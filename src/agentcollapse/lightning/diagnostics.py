@@ -38,13 +38,13 @@ def reward_variance_stats(batch: RolloutBatch) -> dict[str, float]:
 
 
 def collapse_metrics(model: torch.nn.Module, tokenizer: Any, batch: RolloutBatch, emas: dict[str, ProxyEMAState],
-                     rng: np.random.Generator, batch_size: int = 64) -> dict[str, float]:
+                     rng: np.random.Generator, batch_size: int = 64, trajectory_samples: int | None = None) -> dict[str, float]:
     """Both samplers' proxy metrics for one batch, named ``<sampler>/<metric>``."""
     out: dict[str, float] = {}
     encode_think = lambda text: encode(tokenizer, text)  # noqa: E731
     samples = {
         "collapse_first_turn_sample": first_turn_sample(batch, encode_think),
-        "collapse_trajectory_sample": trajectory_sample(batch, encode_think, rng),
+        "collapse_trajectory_sample": trajectory_sample(batch, encode_think, rng, num_samples=trajectory_samples),
     }
     for name, sample in samples.items():
         out[f"{name}/valid_thinking_rate"] = float(sample.stats["valid_thinking_rate"])
@@ -62,9 +62,10 @@ def collapse_metrics(model: torch.nn.Module, tokenizer: Any, batch: RolloutBatch
 
 
 class CollapseDiagnostics(L.Callback):
-    def __init__(self, compute_freq: int = 5, batch_size: int = 64, seed: int = 0) -> None:
+    def __init__(self, compute_freq: int = 5, batch_size: int = 64, seed: int = 0, trajectory_samples: int | None = 32) -> None:
         self.compute_freq = compute_freq
         self.batch_size = batch_size
+        self.trajectory_samples = trajectory_samples
         self.emas = {name: ProxyEMAState(decay=0.9) for name in SAMPLERS}
         self.rng = np.random.default_rng(seed)
 
@@ -75,7 +76,9 @@ class CollapseDiagnostics(L.Callback):
         out = reward_variance_stats(batch)
         if self.due(step):
             started = time.perf_counter()
-            out.update(collapse_metrics(module.model, module.policy.tokenizer, batch, self.emas, self.rng, self.batch_size))
+            out.update(collapse_metrics(
+                module.model, module.policy.tokenizer, batch, self.emas, self.rng, self.batch_size, self.trajectory_samples
+            ))
             out["perf/collapse_time_s"] = time.perf_counter() - started
         return out
 

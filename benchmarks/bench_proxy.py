@@ -1,0 +1,171 @@
+"""Cost of the MI proxy (METHOD.md section 3) relative to one RL iteration, and the cached cross-scorer's
+speedup over the naive one.
+
+    python benchmarks/bench_proxy.py [--repeats 3] [--fill-empty-thinks] [key=value overrides ...]
+
+On one P x G rollout batch of the configured policy (default: the tiny model, P=8, G=16) it times, each
+``--repeats`` times interleaved, and reports medians of:
+
+* proxy: both samplers through ``agentcollapse.lightning.diagnostics.collapse_metrics``;
+* iteration: ``collect_rollouts`` (same seeds and sample seed every repeat) + ``AgentRLModule.update``
+  on the whole batch (all groups, the module attached to a real Trainer); the proxy's share of it and
+  the implied overhead at ``diagnostics.compute_freq`` (proxy / (compute_freq * iteration));
+* ``cross_score`` (cached) vs ``naive_cross_score`` on the first-turn sample's (contexts, traces): the
+  measured speedup next to the ideal token ratio (|X| + |Z|) / |Z| (mean token lengths; it ignores the
+  one context forward per prompt, so it is only approached when there are many traces R, and the ratio
+  counting it, (|X| + |Z|) / (|Z| + |X| / R), is printed too), and the max absolute difference of the
+  two matrices (same weights: both run before that repeat's update).
+
+``--fill-empty-thinks`` is for barely trained policies (tiny test configs) that rarely close
+``</think>``: turns without reasoning get the decoded response (tags stripped) as their reasoning, so
+the proxy has rows to score. Not a test: numbers go in issue notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import time
+
+
+def _fill_empty_thinks(batch) -> int:
+    """Give every turn with empty reasoning its decoded response text as reasoning; returns how many."""
+    filled = 0
+    for traj in batch.trajectories:
+        for turn in traj.turns:
+            if not (turn.think or "").strip():
+                text = re.sub(r"</?(think|answer)>|<\|[^|]*\|>", " ", turn.response_text)
+                turn.think = " ".join(text.split())
+                filled += 1
+    return filled
+
+
+def _attached_module(cfg, policy):
+    """An AgentRLModule attached to a real Trainer (fit over zero batches sets up optimizer and strategy)."""
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    from agentcollapse.lightning.module import AgentRLModule
+
+    module = AgentRLModule(cfg, policy)
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1)
+    trainer.fit(module, train_dataloaders=DataLoader([], batch_size=None))
+    return module
+
+
+def _timed(fn):
+    t0 = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t0, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions; medians are reported")
+    ap.add_argument("--score-batch-size", type=int, default=None,
+                    help="cross_score batch size (default: diagnostics.score_batch_size)")
+    ap.add_argument("--fill-empty-thinks", action="store_true",
+                    help="use the decoded response as reasoning where the parser found none")
+    ap.add_argument("--skip-naive", action="store_true", help="do not time naive_cross_score (slow at large P, G)")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. rollout.num_prompts=4 cache_dir=/tmp/c")
+    args = ap.parse_args()
+
+    import numpy as np
+    import torch
+
+    from agentcollapse.diagnostics import ProxyEMAState, cross_score, first_turn_sample, naive_cross_score
+    from agentcollapse.lightning.diagnostics import SAMPLERS, collapse_metrics
+    from agentcollapse.lightning.module import TRAIN_SEED_BASE
+    from agentcollapse.models.policy import load_policy
+    from agentcollapse.rollout.context import encode
+    from agentcollapse.rollout.runner import collect_rollouts
+
+    from agentcollapse.benchmarking import compose_config
+
+    cfg = compose_config(args.overrides)
+    torch.set_num_threads(cfg.trainer.num_threads)
+    score_bs = args.score_batch_size or cfg.diagnostics.score_batch_size
+    t0 = time.perf_counter()
+    policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
+    print(f"policy ready in {time.perf_counter() - t0:.1f}s (built or loaded from {cfg.cache_dir})")
+    module = _attached_module(cfg, policy)
+    model, tok = module.model, policy.tokenizer
+    P, G = cfg.rollout.num_prompts, cfg.rollout.group_size
+    seeds = list(range(TRAIN_SEED_BASE, TRAIN_SEED_BASE + P))
+
+    def rollout():
+        return collect_rollouts(policy, module.make_env, seeds, G, cfg.rollout.temperature, cfg.rollout.max_new_tokens,
+                                sample_seed=0, generation_batch_size=cfg.rollout.generation_batch_size)
+
+    batch, perf = rollout()
+    n_turns = sum(len(t.turns) for t in batch.trajectories)
+    print(f"rollout P={P} x G={G}: {perf['perf/rollout_time_s']:.2f}s, {n_turns} turns, "
+          f"{perf['perf/rollout_tokens_per_s']:.0f} generated tokens/s")
+    if args.fill_empty_thinks:
+        print(f"--fill-empty-thinks: {_fill_empty_thinks(batch)} of {n_turns} turns had empty reasoning")
+
+    sample = first_turn_sample(batch, lambda text: encode(tok, text))
+    ctx_len = float(np.mean([len(c) for c in sample.contexts])) if sample.contexts else float("nan")
+    z_len = float(np.mean([len(t) for t in sample.traces])) if sample.traces else float("nan")
+    ideal = (ctx_len + z_len) / z_len
+    # the same token ratio counting the one context forward per prompt the cached scorer also runs
+    n_r = max(1, len(sample.traces))
+    ideal_prefill = (ctx_len + z_len) / (z_len + ctx_len / n_r)
+    print(f"first-turn sample: {len(sample.traces)} traces x {len(sample.contexts)} contexts, "
+          f"valid_thinking_rate {sample.stats['valid_thinking_rate']:.3f}, mean |X| {ctx_len:.1f}, mean |Z| {z_len:.1f}")
+    can_score = len(sample.traces) > 0 and len(sample.contexts) >= 2
+    if not can_score:
+        print("WARNING: too few valid reasoning traces to score; the proxy is skipped "
+              "(try --fill-empty-thinks for a barely trained policy)")
+
+    times: dict[str, list[float]] = {k: [] for k in ("proxy", "rollout", "update", "cached", "naive")}
+    max_diff = []
+    proxy_out: dict[str, float] = {}
+    all_groups = np.arange(P)
+    for rep in range(args.repeats):
+        # proxy: a fresh EMA/RNG state every repeat, so every repeat scores the same samples
+        emas = {name: ProxyEMAState(decay=0.9) for name in SAMPLERS}
+        rng = np.random.default_rng(cfg.seed)
+        dt, proxy_out = _timed(lambda: collapse_metrics(model, tok, batch, emas, rng, batch_size=score_bs,
+                                                        trajectory_samples=cfg.diagnostics.trajectory_samples or None))
+        times["proxy"].append(dt)
+        if can_score:
+            dt, cached = _timed(lambda: cross_score(model, sample.contexts, sample.traces, batch_size=score_bs))
+            times["cached"].append(dt)
+            if not args.skip_naive:
+                dt, naive = _timed(lambda: naive_cross_score(model, sample.contexts, sample.traces))
+                times["naive"].append(dt)
+                max_diff.append(float((cached - naive).abs().max()))
+        dt, _ = _timed(rollout)
+        times["rollout"].append(dt)
+        dt, _ = _timed(lambda: module.update(batch, all_groups, None, 1.0))
+        times["update"].append(dt)
+        print(f"repeat {rep + 1}/{args.repeats}: " + ", ".join(f"{k} {v[-1]:.3f}s" for k, v in times.items() if v))
+
+    med = {k: statistics.median(v) if v else float("nan") for k, v in times.items()}
+    iteration = med["rollout"] + med["update"]
+    freq = cfg.diagnostics.compute_freq
+    print(f"\nmedians over {args.repeats} repeats (threads={torch.get_num_threads()}, score batch size {score_bs}):")
+    print(f"  proxy (both samplers)      {med['proxy']:.3f}s")
+    print(f"  iteration                  {iteration:.3f}s  (rollout {med['rollout']:.3f}s + update {med['update']:.3f}s)")
+    print(f"  proxy / iteration          {med['proxy'] / iteration:.3f}")
+    print(f"  cost at compute_freq={freq}     {med['proxy'] / (freq * iteration):.3f}  (proxy / ({freq} * iteration))")
+    if can_score:
+        print(f"  cross_score cached         {med['cached']:.3f}s")
+        if not args.skip_naive:
+            speedup = med["naive"] / med["cached"]
+            print(f"  naive_cross_score          {med['naive']:.3f}s")
+            print(f"  speedup naive/cached       {speedup:.2f}x   ideal (|X|+|Z|)/|Z| = {ideal:.2f}x   "
+                  f"-> {speedup / ideal:.2f} of ideal")
+            print(f"  (token ratio counting the context forwards, (|X|+|Z|)/(|Z|+|X|/R) with R={n_r} traces: "
+                  f"{ideal_prefill:.2f}x -> {speedup / ideal_prefill:.2f} of it)")
+            print(f"  max |cached - naive|       {max(max_diff):.2e}")
+    for name in SAMPLERS:
+        keys = ("valid_thinking_rate", "num_traces", "num_contexts", "mi_estimate", "retrieval_accuracy")
+        print(f"  {name}: " + ", ".join(f"{k}={proxy_out[f'{name}/{k}']:.3g}" for k in keys if f"{name}/{k}" in proxy_out))
+
+
+if __name__ == "__main__":
+    main()
