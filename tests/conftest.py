@@ -10,7 +10,7 @@ import torch
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
-torch.set_num_threads(2)
+torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))  # 2 cores; 1 when sharing them
 
 # Small enough to build in seconds, large enough to produce the format sometimes.
 TINY_OVERRIDES = [

@@ -29,7 +29,7 @@ class WarmStartConfig:
     steps: int = 1000  # optimizer steps (length-bucketed batches of episodes)
     batch_size: int = 8
     lr: float = 2e-3
-    suboptimal_prob: float = 0.3  # share of turns whose actions are random: RL headroom
+    suboptimal_prob: float = 0.5  # share of turns whose actions are random: RL headroom at T=1
     template_prob: float = 0.1  # share of turns with input-agnostic reasoning: the collapse attractor
     context_loss_weight: float = 1.0  # loss weight of observation tokens relative to response tokens
     seed: int = 0

@@ -4,7 +4,6 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentcollapse.diagnostics import cross_score, naive_cross_score
 
-torch.set_num_threads(1)
 
 VOCAB = 50
 

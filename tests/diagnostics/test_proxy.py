@@ -6,7 +6,6 @@ import torch
 
 from agentcollapse.diagnostics import PROXY_KEYS, column_equivalence, proxy_metrics, zscore_with_sigma
 
-torch.set_num_threads(1)
 
 
 def _lse(xs):

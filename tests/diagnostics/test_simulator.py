@@ -1,9 +1,7 @@
 import pytest
-import torch
 
 from agentcollapse.diagnostics import get_scorer, run_simulation, simulate
 
-torch.set_num_threads(1)
 
 
 def test_simulate_structure():

@@ -24,7 +24,7 @@ def test_build_is_deterministic_and_cached(make_cfg, tmp_path):
 def test_cache_key_changes_with_what_shapes_the_model(make_cfg):
     cfg = make_cfg()
     key = cache_key(cfg.model, cfg.env)
-    cfg.model.warm_start.suboptimal_prob = 0.5
+    cfg.model.warm_start.suboptimal_prob = 0.123
     assert cache_key(cfg.model, cfg.env) != key
 
 

@@ -165,11 +165,11 @@ class AgentRLModule(L.LightningModule):
         if self.iteration >= self.cfg.trainer.max_steps:
             self.trainer.should_stop = True
             return
-        started = time.perf_counter()
         step = self.iteration + 1
-        metrics: dict[str, float] = {}
         if step == 1 and self.cfg.trainer.val_every > 0:
-            self.log_metrics(0, self.evaluate())
+            self.log_metrics(0, self.evaluate())  # the warm-start policy, before any update
+        started = time.perf_counter()
+        metrics: dict[str, float] = {}
         rollout, perf = collect_rollouts(
             self.policy,
             self.make_env,
