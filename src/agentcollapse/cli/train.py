@@ -384,7 +384,10 @@ def _close_wandb() -> None:
         import wandb
 
         if wandb.run is not None:
-            wandb.finish(quiet=True)
+            try:
+                wandb.finish()
+            except Exception as exc:  # the run record is already written; a dashboard hiccup must not fail it
+                log.warning("wandb.finish failed: %s", exc)
 
 
 def main(argv: list[str] | None = None) -> None:
