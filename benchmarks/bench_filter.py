@@ -41,13 +41,11 @@ def main() -> None:
     import logging
     import warnings
 
-    import lightning as L
     import numpy as np
     import torch
-    from torch.utils.data import DataLoader
 
     from agentcollapse import envs
-    from agentcollapse.benchmarking import compose_config
+    from agentcollapse.benchmarking import attach_to_trainer, compose_config
     from agentcollapse.filtering import group_scores, rv_std_over_mean, select_groups
     from agentcollapse.lightning.module import TRAIN_SEED_BASE, AgentRLModule
     from agentcollapse.models.policy import load_policy
@@ -85,11 +83,7 @@ def main() -> None:
             for n, p in policy.model.named_parameters():
                 if n in snapshot:
                     p.copy_(snapshot[n])
-        module = AgentRLModule(cfg, policy)
-        trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                            enable_model_summary=False, accelerator=cfg.trainer.accelerator, devices=1)
-        trainer.fit(module, train_dataloaders=DataLoader([], batch_size=None))
-        return module
+        return attach_to_trainer(AgentRLModule(cfg, policy))
 
     kept = {rho: select_groups(scores, "top_p", rho, True, args.top_p_mode, cfg.filter.selection_eps) for rho in args.rhos}
     times: dict[float, list[float]] = {rho: [] for rho in args.rhos}

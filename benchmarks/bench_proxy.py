@@ -28,6 +28,8 @@ import re
 import statistics
 import time
 
+from agentcollapse.benchmarking import attach_to_trainer
+
 
 def _fill_empty_thinks(batch) -> int:
     """Give every turn with empty reasoning its decoded response text as reasoning; returns how many."""
@@ -42,17 +44,9 @@ def _fill_empty_thinks(batch) -> int:
 
 
 def _attached_module(cfg, policy):
-    """An AgentRLModule attached to a real Trainer (fit over zero batches sets up optimizer and strategy)."""
-    import lightning as L
-    from torch.utils.data import DataLoader
-
     from agentcollapse.lightning.module import AgentRLModule
 
-    module = AgentRLModule(cfg, policy)
-    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator="cpu", devices=1)
-    trainer.fit(module, train_dataloaders=DataLoader([], batch_size=None))
-    return module
+    return attach_to_trainer(AgentRLModule(cfg, policy))
 
 
 def _timed(fn):

@@ -40,3 +40,15 @@ def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     centre = (p + z * z / (2 * n)) / denom
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
     return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def attach_to_trainer(module: Any, callbacks: tuple = (), steps: int = 0) -> Any:
+    """Attach ``module`` to a real Lightning Trainer by fitting over ``steps`` dummy items (0 only sets up
+    the optimizer and strategy), so ``module.update`` can be called directly by benchmarks and tests."""
+    import lightning as L
+    from torch.utils.data import DataLoader
+
+    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1, callbacks=list(callbacks))
+    trainer.fit(module, train_dataloaders=DataLoader(list(range(steps)), batch_size=None))
+    return module

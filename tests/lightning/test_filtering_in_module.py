@@ -13,37 +13,17 @@ from agentcollapse.lightning.grad_buckets import GradBucketAnalysis, group_loss_
 from agentcollapse.lightning.module import AgentRLModule
 from agentcollapse.models.policy import load_policy
 from agentcollapse.records import RunRecorder
-from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
+from tests.helpers import attach_to_trainer
+from tests.helpers import hand_batch as _hand_batch
+from tests.helpers import snapshot as _snapshot
 
 # Group RVs (ddof=1): g0 = 1/3, g1 = 0, g2 = 1/4, g3 = 1/400. top_p 0.9 (linear) keeps g0 and g2.
 RETURNS = [[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0], [0.1, 0.0, 0.0, 0.0]]
 EQUAL = [[1.0] * 4, [0.0] * 4, [1.0] * 4]
 
 
-def _hand_batch(policy, rewards):
-    """A real-token batch with chosen episode returns (one turn per trajectory)."""
-    tok = policy.tokenizer
-    ctx = tok("<|user|> _ P G <|end|> <|assistant|> <think>", add_special_tokens=False)["input_ids"]
-    resp = tok("go right </think> <answer> Right </answer>", add_special_tokens=False)["input_ids"]
-    trajs = []
-    P, G = len(rewards), len(rewards[0])
-    for p in range(P):
-        for g in range(G):
-            turn = Turn(context_ids=list(ctx), response_ids=list(resp), response_text="", think="go right",
-                        answer="Right", format_valid=True, action_is_valid=True, reward=float(rewards[p][g]))
-            trajs.append(Trajectory(group=p, env_seed=p, turns=[turn], success=rewards[p][g] > 0))
-    return RolloutBatch(trajectories=trajs, num_prompts=P, group_size=G)
-
-
 def _attach(module, callbacks=(), steps=0):
-    """Attach ``module`` to a real Trainer: fit over ``steps`` dummy items (0 only sets up optimizers)."""
-    import lightning as L
-    from torch.utils.data import DataLoader
-
-    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator="cpu", devices=1, callbacks=list(callbacks))
-    trainer.fit(module, train_dataloaders=DataLoader(list(range(steps)), batch_size=None))
-    return module
+    return attach_to_trainer(module, tuple(callbacks), steps)
 
 
 def _fresh_module(make_cfg, *overrides, perturb=False):
@@ -60,10 +40,6 @@ def _fresh_module(make_cfg, *overrides, perturb=False):
                 if "lora_B" in name:
                     p.copy_(0.05 * torch.sin(torch.arange(p.numel(), dtype=p.dtype)).reshape(p.shape))
     return _attach(AgentRLModule(cfg, policy))
-
-
-def _snapshot(model):
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
 
 
 def _same(a, b):

@@ -8,39 +8,13 @@ import torch
 
 from agentcollapse.errors import UserError
 from agentcollapse.lightning.module import AgentRLModule, resolve_algorithm
-from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
+from tests.helpers import attach_to_trainer
+from tests.helpers import hand_batch as _hand_batch
+from tests.helpers import snapshot as _snapshot
 
 
 def _module(make_cfg, tiny_policy, *overrides):
-    """A module attached to a real Trainer (fit over zero batches sets up optimizers and strategy)."""
-    import lightning as L
-    from torch.utils.data import DataLoader
-
-    cfg = make_cfg(*overrides)
-    module = AgentRLModule(cfg, tiny_policy)
-    trainer = L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, accelerator="cpu", devices=1)
-    trainer.fit(module, train_dataloaders=DataLoader([], batch_size=None))
-    return module
-
-
-def _snapshot(model):
-    return {n: p.detach().clone() for n, p in model.named_parameters()}
-
-
-def _hand_batch(policy, rewards):
-    """A real-token batch with chosen episode returns (one turn per trajectory)."""
-    tok = policy.tokenizer
-    ctx = tok("<|user|> _ P G <|end|> <|assistant|> <think>", add_special_tokens=False)["input_ids"]
-    resp = tok("go right </think> <answer> Right </answer>", add_special_tokens=False)["input_ids"]
-    trajs = []
-    P, G = len(rewards), len(rewards[0])
-    for p in range(P):
-        for g in range(G):
-            turn = Turn(context_ids=list(ctx), response_ids=list(resp), response_text="", think="go right",
-                        answer="Right", format_valid=True, action_is_valid=True, reward=float(rewards[p][g]))
-            trajs.append(Trajectory(group=p, env_seed=p, turns=[turn], success=rewards[p][g] > 0))
-    return RolloutBatch(trajectories=trajs, num_prompts=P, group_size=G)
+    return attach_to_trainer(AgentRLModule(make_cfg(*overrides), tiny_policy))
 
 
 def test_one_training_step_changes_lora_and_leaves_base_bit_identical(make_cfg, tiny_policy):

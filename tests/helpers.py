@@ -1,0 +1,29 @@
+"""Helpers shared by the module tests: hand-built batches of real tokens and weight snapshots."""
+
+from __future__ import annotations
+
+import torch
+
+from agentcollapse.benchmarking import attach_to_trainer
+
+__all__ = ["attach_to_trainer", "hand_batch", "snapshot"]
+from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
+
+
+def hand_batch(policy, rewards) -> RolloutBatch:
+    """A real-token batch with chosen episode returns (one turn per trajectory)."""
+    tok = policy.tokenizer
+    ctx = tok("<|user|> _ P G <|end|> <|assistant|> <think>", add_special_tokens=False)["input_ids"]
+    resp = tok("go right </think> <answer> Right </answer>", add_special_tokens=False)["input_ids"]
+    trajs = []
+    P, G = len(rewards), len(rewards[0])
+    for p in range(P):
+        for g in range(G):
+            turn = Turn(context_ids=list(ctx), response_ids=list(resp), response_text="", think="go right",
+                        answer="Right", format_valid=True, action_is_valid=True, reward=float(rewards[p][g]))
+            trajs.append(Trajectory(group=p, env_seed=p, turns=[turn], success=rewards[p][g] > 0))
+    return RolloutBatch(trajectories=trajs, num_prompts=P, group_size=G)
+
+
+def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
