@@ -27,7 +27,7 @@ from agentcollapse.filtering import (
 SCORES = np.array([0.1, 0.4, 0.0, 0.3, 0.2])
 
 
-def _eq(got: np.ndarray, expected: list[int]) -> None:
+def assert_kept(got: np.ndarray, expected: list[int]) -> None:
     assert got.dtype == np.int64
     assert got.tolist() == expected
 
@@ -131,11 +131,11 @@ def test_group_scores_non_numeric() -> None:
     ],
 )
 def test_top_p_linear(value: float, expected: list[int]) -> None:
-    _eq(select_groups(SCORES, "top_p", value), expected)
+    assert_kept(select_groups(SCORES, "top_p", value), expected)
 
 
 def test_top_p_value_one_with_include_zero_keeps_all() -> None:
-    _eq(select_groups(SCORES, "top_p", 1.0, include_zero=True), [1, 3, 4, 0, 2])
+    assert_kept(select_groups(SCORES, "top_p", 1.0, include_zero=True), [1, 3, 4, 0, 2])
 
 
 def test_top_p_value_one_keeps_last_group_despite_rounding() -> None:
@@ -147,26 +147,26 @@ def test_top_p_value_one_keeps_last_group_despite_rounding() -> None:
 def test_top_p_selection_eps() -> None:
     scores = np.array([4.0, 3.0, 2.0, 1.0])  # total 10
     # threshold = 7.5 - 0.5 = 7.0 -> cumsum 4, 7 -> keep 2
-    _eq(select_groups(scores, "top_p", 0.75, selection_eps=0.5), [0, 1])
+    assert_kept(select_groups(scores, "top_p", 0.75, selection_eps=0.5), [0, 1])
     # without eps the threshold is 7.5 -> cumsum 4, 7, 9 -> keep 3
-    _eq(select_groups(scores, "top_p", 0.75, selection_eps=0.0), [0, 1, 2])
+    assert_kept(select_groups(scores, "top_p", 0.75, selection_eps=0.0), [0, 1, 2])
 
 
 def test_top_p_softmax_differs_from_linear() -> None:
     scores = np.array([1.0, 2.0, 0.5, 0.0])
     # survivors by rank: 1 (2.0), 0 (1.0), 2 (0.5); softmax -> 0.6285, 0.2312, 0.1402
     # softmax, value 0.6: threshold 0.59 -> keep 1
-    _eq(select_groups(scores, "top_p", 0.6, top_p_mode="softmax"), [1])
+    assert_kept(select_groups(scores, "top_p", 0.6, top_p_mode="softmax"), [1])
     # softmax, value 0.7: threshold 0.69 -> cumsum 0.6285, 0.8597 -> keep 2
-    _eq(select_groups(scores, "top_p", 0.7, top_p_mode="softmax"), [1, 0])
+    assert_kept(select_groups(scores, "top_p", 0.7, top_p_mode="softmax"), [1, 0])
     # linear, value 0.6: total 3.5, threshold 2.09 -> cumsum 2, 3 -> keep 2
-    _eq(select_groups(scores, "top_p", 0.6, top_p_mode="linear"), [1, 0])
+    assert_kept(select_groups(scores, "top_p", 0.6, top_p_mode="linear"), [1, 0])
 
 
 def test_top_p_softmax_accepts_negative_scores() -> None:
     scores = np.array([-1.0, 0.0, 1.0])
     # softmax of [1, 0, -1] = 0.665, 0.245, 0.090; value 0.8 -> threshold 0.79 -> keep 2
-    _eq(select_groups(scores, "top_p", 0.8, include_zero=True, top_p_mode="softmax"), [2, 1])
+    assert_kept(select_groups(scores, "top_p", 0.8, include_zero=True, top_p_mode="softmax"), [2, 1])
 
 
 def test_top_p_linear_rejects_negative_scores_when_kept() -> None:
@@ -175,7 +175,7 @@ def test_top_p_linear_rejects_negative_scores_when_kept() -> None:
 
 
 def test_negative_scores_dropped_without_include_zero() -> None:
-    _eq(select_groups(np.array([-1.0, 2.0, 0.0]), "top_p", 1.0), [1])
+    assert_kept(select_groups(np.array([-1.0, 2.0, 0.0]), "top_p", 1.0), [1])
 
 
 # --------------------------------------------------------------------------- top_k / top_k_abs
@@ -192,11 +192,11 @@ def test_negative_scores_dropped_without_include_zero() -> None:
     ],
 )
 def test_top_k(value: float, expected: list[int]) -> None:
-    _eq(select_groups(SCORES, "top_k", value), expected)
+    assert_kept(select_groups(SCORES, "top_k", value), expected)
 
 
 def test_top_k_include_zero() -> None:
-    _eq(select_groups(SCORES, "top_k", 1.0, include_zero=True), [1, 3, 4, 0, 2])
+    assert_kept(select_groups(SCORES, "top_k", 1.0, include_zero=True), [1, 3, 4, 0, 2])
 
 
 @pytest.mark.parametrize(
@@ -209,14 +209,14 @@ def test_top_k_include_zero() -> None:
     ],
 )
 def test_top_k_abs(value: float, include_zero: bool, expected: list[int]) -> None:
-    _eq(select_groups(SCORES, "top_k_abs", value, include_zero=include_zero), expected)
+    assert_kept(select_groups(SCORES, "top_k_abs", value, include_zero=include_zero), expected)
 
 
 def test_ties_keep_lower_index_first() -> None:
     scores = np.array([0.2, 0.5, 0.2, 0.5, 0.0])
-    _eq(select_groups(scores, "top_k_abs", 3), [1, 3, 0])
-    _eq(select_groups(scores, "top_p", 1.0), [1, 3, 0, 2])
-    _eq(select_groups(scores, "min_p", 1.0), [1, 3])
+    assert_kept(select_groups(scores, "top_k_abs", 3), [1, 3, 0])
+    assert_kept(select_groups(scores, "top_p", 1.0), [1, 3, 0, 2])
+    assert_kept(select_groups(scores, "min_p", 1.0), [1, 3])
 
 
 # --------------------------------------------------------------------------- min_p
@@ -232,7 +232,7 @@ def test_ties_keep_lower_index_first() -> None:
     ],
 )
 def test_min_p(value: float, include_zero: bool, expected: list[int]) -> None:
-    _eq(select_groups(SCORES, "min_p", value, include_zero=include_zero), expected)
+    assert_kept(select_groups(SCORES, "min_p", value, include_zero=include_zero), expected)
 
 
 def test_min_p_rejects_negative_best() -> None:
@@ -258,13 +258,13 @@ PR_SCORES = np.array([0.8, 0.1, 0.5, 0.0, 0.3, 0.7, 0.2, 0.6])
     ],
 )
 def test_percentile_range_quartiles(lo_hi: tuple[float, float], expected: list[int]) -> None:
-    _eq(select_groups(PR_SCORES, "percentile_range", lo_hi), expected)
+    assert_kept(select_groups(PR_SCORES, "percentile_range", lo_hi), expected)
 
 
 def test_percentile_range_ignores_include_zero() -> None:
     # The zero group (index 3) is ranked last and stays in Q4 either way.
     for include_zero in (False, True):
-        _eq(
+        assert_kept(
             select_groups(PR_SCORES, "percentile_range", (0.75, 1.0), include_zero=include_zero),
             [1, 3],
         )
@@ -301,23 +301,23 @@ def test_percentile_range_float_boundaries_partition() -> None:
 )
 def test_all_zero_gives_empty(strategy: str, value: float) -> None:
     got = select_groups(np.zeros(4), strategy, value)
-    _eq(got, [])
+    assert_kept(got, [])
 
 
 @pytest.mark.parametrize(
     ("strategy", "value"), [("top_p", 0.9), ("top_k", 0.5), ("top_k_abs", 3), ("min_p", 0.5)]
 )
 def test_one_nonzero_group(strategy: str, value: float) -> None:
-    _eq(select_groups(np.array([0.0, 0.0, 0.3, 0.0]), strategy, value), [2])
+    assert_kept(select_groups(np.array([0.0, 0.0, 0.3, 0.0]), strategy, value), [2])
 
 
 def test_near_zero_counts_as_zero() -> None:
-    _eq(select_groups(np.array([1e-15, 0.5]), "top_p", 1.0), [1])
+    assert_kept(select_groups(np.array([1e-15, 0.5]), "top_p", 1.0), [1])
 
 
 def test_empty_scores() -> None:
-    _eq(select_groups(np.zeros(0), "top_p", 0.9), [])
-    _eq(select_groups(np.zeros(0), "percentile_range", (0.0, 0.25)), [])
+    assert_kept(select_groups(np.zeros(0), "top_p", 0.9), [])
+    assert_kept(select_groups(np.zeros(0), "percentile_range", (0.0, 0.25)), [])
 
 
 # --------------------------------------------------------------------------- select_groups errors
@@ -531,7 +531,7 @@ def test_torch_tensors_accepted() -> None:
     scores = group_scores(returns)
     np.testing.assert_allclose(scores, [1.0 / 3.0, 0.0])
     kept = select_groups(torch.tensor(scores), "top_p", 0.9)
-    _eq(kept, [0])
+    assert_kept(kept, [0])
     # row 0 ranked by (reward, index): 0, 3, 1, 2 -> keep idx 0 (bottom) and 2 (top)
     assert trajectory_filter(returns, 1).tolist() == [
         [True, False, True, False],
