@@ -44,12 +44,10 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from agentcollapse import envs
-    from agentcollapse.benchmarking import attach_to_trainer, compose_config
+    from agentcollapse.benchmarking import attach_to_trainer, compose_config, training_batch
     from agentcollapse.filtering import group_scores, rv_std_over_mean, select_groups
-    from agentcollapse.lightning.module import TRAIN_SEED_BASE, AgentRLModule
+    from agentcollapse.lightning.module import AgentRLModule
     from agentcollapse.models.policy import load_policy
-    from agentcollapse.rollout.runner import collect_rollouts
 
     warnings.filterwarnings("ignore")  # Lightning/transformers chatter on every fresh Trainer
     logging.disable(logging.INFO)  # and its info lines ("Trainer.fit stopped", tips)
@@ -58,11 +56,7 @@ def main() -> None:
     t0 = time.perf_counter()
     policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
     print(f"policy ready in {time.perf_counter() - t0:.1f}s (built or loaded from {cfg.cache_dir})")
-    make_env = lambda: envs.make(cfg.env.name, **dict(cfg.env.kwargs))  # noqa: E731
-    seeds = list(range(TRAIN_SEED_BASE, TRAIN_SEED_BASE + cfg.rollout.num_prompts))
-    batch, perf = collect_rollouts(policy, make_env, seeds, cfg.rollout.group_size, cfg.rollout.temperature,
-                                   cfg.rollout.max_new_tokens, sample_seed=0,
-                                   generation_batch_size=cfg.rollout.generation_batch_size)
+    batch, perf = training_batch(policy, cfg)
     returns = batch.returns()
     scores = group_scores(returns, "reward_variance")
     P = batch.num_prompts

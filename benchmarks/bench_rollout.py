@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from agentcollapse.benchmarking import compose_config, held_out_success, wilson_interval
+from agentcollapse.benchmarking import compose_config, held_out_success, training_batch, wilson_interval
 
 
 def _floats(text: str) -> list[float]:
@@ -28,20 +28,14 @@ def main() -> None:
 
     import torch
 
-    from agentcollapse import envs
-    from agentcollapse.lightning.module import TRAIN_SEED_BASE
     from agentcollapse.models.policy import load_policy
-    from agentcollapse.rollout.runner import collect_rollouts
 
     cfg = compose_config(args.overrides)
     torch.set_num_threads(cfg.trainer.num_threads)
     t0 = time.perf_counter()
     policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
     print(f"policy ready in {time.perf_counter() - t0:.1f}s (built or loaded from {cfg.cache_dir})")
-    make_env = lambda: envs.make(cfg.env.name, **dict(cfg.env.kwargs))  # noqa: E731
-    seeds = list(range(TRAIN_SEED_BASE, TRAIN_SEED_BASE + cfg.rollout.num_prompts))
-    batch, perf = collect_rollouts(policy, make_env, seeds, cfg.rollout.group_size, cfg.rollout.temperature,
-                                   cfg.rollout.max_new_tokens, sample_seed=0)
+    batch, perf = training_batch(policy, cfg)
     print(f"rollout P={cfg.rollout.num_prompts} x G={cfg.rollout.group_size}: {perf['perf/rollout_time_s']:.2f}s, "
           f"{perf['perf/rollout_tokens_per_s']:.0f} generated tokens/s")
     for slip in args.slips if cfg.env.name == "frozenlake" else [None]:

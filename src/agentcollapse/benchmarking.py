@@ -52,3 +52,15 @@ def attach_to_trainer(module: Any, callbacks: tuple = (), steps: int = 0) -> Any
                         enable_model_summary=False, accelerator="cpu", devices=1, callbacks=list(callbacks))
     trainer.fit(module, train_dataloaders=DataLoader(list(range(steps)), batch_size=None))
     return module
+
+
+def training_batch(policy: Any, cfg: RunConfig, sample_seed: int = 0) -> tuple[Any, dict[str, float]]:
+    """One P x G rollout batch on the first training maps, exactly as iteration 1 would collect it."""
+    from agentcollapse import envs
+    from agentcollapse.lightning.module import TRAIN_SEED_BASE
+    from agentcollapse.rollout.runner import collect_rollouts
+
+    seeds = list(range(TRAIN_SEED_BASE, TRAIN_SEED_BASE + cfg.rollout.num_prompts))
+    return collect_rollouts(policy, lambda: envs.make(cfg.env.name, **dict(cfg.env.kwargs)), seeds, cfg.rollout.group_size,
+                            cfg.rollout.temperature, cfg.rollout.max_new_tokens, sample_seed=sample_seed,
+                            generation_batch_size=cfg.rollout.generation_batch_size)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentcollapse.benchmarking import compose_config
+from agentcollapse.benchmarking import compose_config, training_batch
 
 
 def base_model(overrides: list[str]) -> None:
@@ -22,18 +22,13 @@ def base_model(overrides: list[str]) -> None:
 def mi_check(overrides: list[str]) -> None:
     import torch
 
-    from agentcollapse import envs
     from agentcollapse.filtering import group_scores, interpret_rv_ratio, rv_std_over_mean
-    from agentcollapse.lightning.module import TRAIN_SEED_BASE
     from agentcollapse.models.policy import load_policy
-    from agentcollapse.rollout.runner import collect_rollouts
 
     cfg = compose_config(overrides)
     torch.set_num_threads(cfg.trainer.num_threads)
     policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
-    seeds = list(range(TRAIN_SEED_BASE, TRAIN_SEED_BASE + cfg.rollout.num_prompts))
-    batch, _ = collect_rollouts(policy, lambda: envs.make(cfg.env.name, **dict(cfg.env.kwargs)), seeds,
-                                cfg.rollout.group_size, cfg.rollout.temperature, cfg.rollout.max_new_tokens, sample_seed=cfg.seed)
+    batch, _ = training_batch(policy, cfg, sample_seed=cfg.seed)
     returns = batch.returns()
     rv = group_scores(returns, "reward_variance")
     ratio = rv_std_over_mean(returns)
