@@ -8,7 +8,8 @@ ENV ?= frozenlake
 ARGS ?=
 export PYTHONHASHSEED := 0
 
-.PHONY: help test test-all sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy mi-check doctor smollm2 clean-venv
+
+.PHONY: help venv test test-fast sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy mi-check doctor smollm2 clean-venv
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
@@ -42,7 +43,7 @@ smoke: $(STAMP) ## a two-iteration run that touches every stage
 base-model: $(STAMP) ## force a rebuild of the tiny warm-started policy for ENV
 	$(BIN)/agentcollapse base-model env=$(ENV) $(ARGS)
 
-bench: bench-rollout bench-filter bench-proxy ## every quick benchmark (bench-learning is separate: ~1 h)
+bench: bench-rollout bench-filter bench-proxy ## every quick benchmark (bench-learning is separate: ~2 h for 4 x 3 runs)
 
 bench-rollout: $(STAMP) ## rollout tokens/s and warm-start held-out success
 	$(BIN)/python benchmarks/bench_rollout.py env=$(ENV) $(ARGS)

@@ -1,12 +1,13 @@
 """It learns: held-out success of the warm-started tiny policy before and after RL.
 
     python benchmarks/bench_learning.py [--algorithms grpo,dr_grpo,dapo,ppo] [--seeds 0,1,2]
-                                        [--steps 60] [--episodes 200] [overrides ...]
+                                        [--steps 40] [--episodes 200] [overrides ...]
 
 Each (algorithm, seed) is an ordinary training run (run records under benchmarks/results/learning/);
 its step-0 and final validation rows give success on the held-out maps (seeds 0..episodes-1) at
 temperature 1.0 (the training temperature), 0.5 and greedy. Seeds are pooled per algorithm; 95% Wilson
-intervals. Not a test: it takes minutes per run. Budget by iterations (--steps), not wall time.
+intervals. Not a test: about 10-13 minutes per run on one thread (P=8 x G=8 by default). Budget by
+iterations (--steps), not wall time. Measured: GRPO T=1.0 0.630 -> 0.830 over 3 seeds (see the issue notes).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--algorithms", type=_csv_list, default=["grpo", "dr_grpo", "dapo", "ppo"])
     ap.add_argument("--seeds", type=lambda t: [int(x) for x in _csv_list(t)], default=[0, 1, 2])
-    ap.add_argument("--steps", type=int, default=60, help="RL iterations per run")
+    ap.add_argument("--steps", type=int, default=40, help="RL iterations per run")
     ap.add_argument("--episodes", type=int, default=200, help="held-out maps evaluated before and after")
     ap.add_argument("--out", default="benchmarks/results/learning")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides applied to every run")
@@ -46,7 +47,7 @@ def main() -> None:
                 f"algorithm={algo}", f"seed={seed}", f"trainer.max_steps={args.steps}", f"trainer.val_every={args.steps}",
                 f"trainer.val_episodes={args.episodes}", "trainer.val_temperatures=[1.0,0.5,0.0]",
                 "trainer.checkpoint_every=0", "diagnostics.enabled=false", "logger=csv", "trainer.progress_bar=false",
-                *args.overrides,
+                "rollout.group_size=8", *args.overrides,
             ])
             cfg.run_dir = str(run_dir)
             started = time.perf_counter()
