@@ -8,7 +8,6 @@ ENV ?= frozenlake
 ARGS ?=
 export PYTHONHASHSEED := 0
 
-
 .PHONY: help venv test test-fast sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy mi-check doctor smollm2 clean-venv
 
 help: ## list the targets
