@@ -44,18 +44,13 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from agentcollapse.benchmarking import attach_to_trainer, compose_config, training_batch
+    from agentcollapse.benchmarking import attach_to_trainer, config_and_policy, training_batch
     from agentcollapse.filtering import group_scores, rv_std_over_mean, select_groups
     from agentcollapse.lightning.module import AgentRLModule
-    from agentcollapse.models.policy import load_policy
 
     warnings.filterwarnings("ignore")  # Lightning/transformers chatter on every fresh Trainer
     logging.disable(logging.INFO)  # and its info lines ("Trainer.fit stopped", tips)
-    cfg = compose_config(args.overrides)
-    torch.set_num_threads(cfg.trainer.num_threads)
-    t0 = time.perf_counter()
-    policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
-    print(f"policy ready in {time.perf_counter() - t0:.1f}s (built or loaded from {cfg.cache_dir})")
+    cfg, policy = config_and_policy(args.overrides)
     batch, perf = training_batch(policy, cfg)
     returns = batch.returns()
     scores = group_scores(returns, "reward_variance")

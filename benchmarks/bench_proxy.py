@@ -72,18 +72,13 @@ def main() -> None:
     from agentcollapse.diagnostics import ProxyEMAState, cross_score, first_turn_sample, naive_cross_score
     from agentcollapse.lightning.diagnostics import SAMPLERS, collapse_metrics
     from agentcollapse.lightning.module import TRAIN_SEED_BASE
-    from agentcollapse.models.policy import load_policy
     from agentcollapse.rollout.context import encode
     from agentcollapse.rollout.runner import collect_rollouts
 
-    from agentcollapse.benchmarking import compose_config
+    from agentcollapse.benchmarking import config_and_policy
 
-    cfg = compose_config(args.overrides)
-    torch.set_num_threads(cfg.trainer.num_threads)
+    cfg, policy = config_and_policy(args.overrides)
     score_bs = args.score_batch_size or cfg.diagnostics.score_batch_size
-    t0 = time.perf_counter()
-    policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
-    print(f"policy ready in {time.perf_counter() - t0:.1f}s (built or loaded from {cfg.cache_dir})")
     module = _attached_module(cfg, policy)
     model, tok = module.model, policy.tokenizer
     P, G = cfg.rollout.num_prompts, cfg.rollout.group_size

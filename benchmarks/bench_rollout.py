@@ -9,9 +9,8 @@ Prints generated tokens/s for one P x G training batch and held-out success (T=1
 from __future__ import annotations
 
 import argparse
-import time
 
-from agentcollapse.benchmarking import compose_config, held_out_success, training_batch, wilson_interval
+from agentcollapse.benchmarking import config_and_policy, held_out_success, training_batch, wilson_interval
 
 
 def _floats(text: str) -> list[float]:
@@ -26,15 +25,7 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. env=sokoban model.warm_start.steps=300")
     args = ap.parse_args()
 
-    import torch
-
-    from agentcollapse.models.policy import load_policy
-
-    cfg = compose_config(args.overrides)
-    torch.set_num_threads(cfg.trainer.num_threads)
-    t0 = time.perf_counter()
-    policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
-    print(f"policy ready in {time.perf_counter() - t0:.1f}s (built or loaded from {cfg.cache_dir})")
+    cfg, policy = config_and_policy(args.overrides)
     batch, perf = training_batch(policy, cfg)
     print(f"rollout P={cfg.rollout.num_prompts} x G={cfg.rollout.group_size}: {perf['perf/rollout_time_s']:.2f}s, "
           f"{perf['perf/rollout_tokens_per_s']:.0f} generated tokens/s")

@@ -64,3 +64,20 @@ def training_batch(policy: Any, cfg: RunConfig, sample_seed: int = 0) -> tuple[A
     return collect_rollouts(policy, lambda: envs.make(cfg.env.name, **dict(cfg.env.kwargs)), seeds, cfg.rollout.group_size,
                             cfg.rollout.temperature, cfg.rollout.max_new_tokens, sample_seed=sample_seed,
                             generation_batch_size=cfg.rollout.generation_batch_size)
+
+
+def config_and_policy(overrides: list[str], report: bool = True) -> tuple[RunConfig, Any]:
+    """Compose the config, apply its thread count, and load (or build) its policy: every job's start."""
+    import time
+
+    import torch
+
+    from agentcollapse.models.policy import load_policy
+
+    cfg = compose_config(overrides)
+    torch.set_num_threads(cfg.trainer.num_threads)
+    started = time.perf_counter()
+    policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
+    if report:
+        print(f"policy ready in {time.perf_counter() - started:.1f}s (built or loaded from {cfg.cache_dir})")
+    return cfg, policy

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentcollapse.benchmarking import compose_config, training_batch
+from agentcollapse.benchmarking import compose_config, config_and_policy, training_batch
 
 
 def base_model(overrides: list[str]) -> None:
@@ -20,14 +20,9 @@ def base_model(overrides: list[str]) -> None:
 
 
 def mi_check(overrides: list[str]) -> None:
-    import torch
-
     from agentcollapse.filtering import group_scores, interpret_rv_ratio, rv_std_over_mean
-    from agentcollapse.models.policy import load_policy
 
-    cfg = compose_config(overrides)
-    torch.set_num_threads(cfg.trainer.num_threads)
-    policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
+    cfg, policy = config_and_policy(overrides, report=False)
     batch, _ = training_batch(policy, cfg, sample_seed=cfg.seed)
     returns = batch.returns()
     rv = group_scores(returns, "reward_variance")
