@@ -98,8 +98,18 @@ def test_demonstration_answer_is_correct_and_shows_steps():
             for left, op, right, result in env.problem.steps:
                 assert f"{left} {op} {right} = {result}" in reasoning
             assert len([w for w in reasoning.split() if w.isalnum()]) <= 30
+            assert env.grounding(reasoning) == 1.0
             _, reward, _, info = env.step(answer)
             assert reward == 1.0 and info["success"]
+
+
+def test_grounding_sees_wrong_arithmetic_and_a_wrong_start():
+    env = envs.make("math", difficulty=2)
+    env.reset(3)
+    start = env.problem.start
+    assert env.grounding(f"Start with {start} . 2 + 2 = 4 .") == 1.0
+    assert env.grounding(f"Start with {start + 1} . 2 + 2 = 5 .") == 0.0
+    assert env.grounding("Let me work through the numbers step by step .") is None
 
 
 def test_suboptimal_demonstration_is_off_by_one():

@@ -1,6 +1,6 @@
 import pytest
 
-from agentcollapse.envs.parsing import parse_response, split_actions
+from agentcollapse.envs.parsing import arithmetic_claims, parse_response, split_actions
 
 
 @pytest.mark.parametrize(
@@ -36,3 +36,17 @@ def test_never_raises_on_garbage():
     for text in ["", "</think></think>", "<think><think>", "\x00\xff", "<answer></answer></think>"]:
         parsed = parse_response(text)
         assert isinstance(parsed.think, str) and isinstance(parsed.answer, str)
+
+
+@pytest.mark.parametrize(
+    "text, claims",
+    [
+        ("3 + 4 = 7 . 7 * 2 = 14 .", [True, True]),
+        ("10 - 4 = 5 , 6 / 4 = 3 / 2", [False, True]),
+        ("8 / 0 = 1", [False]),
+        ("7 / 2 = 3", [False]),
+        ("I will compute carefully", []),
+    ],
+)
+def test_arithmetic_claims(text, claims):
+    assert arithmetic_claims(text) == claims

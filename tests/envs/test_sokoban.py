@@ -180,7 +180,15 @@ def test_demonstration_follows_planner_and_mentions_state():
         _, (tr, tc) = env.box_positions[0], env.target_positions[0]
         assert f"( {tr} , {tc} )" in reasoning
         assert len([w for w in reasoning.split() if w.isalnum()]) <= 30
+        assert env.grounding(reasoning) == 1.0
     assert len(reasonings) >= 2  # varied wording
+
+
+def test_grounding_checks_player_box_and_target_claims():
+    env = SokobanEnv.from_layout("# # # # #\n# X _ O #\n# _ P _ #\n# # # # #")
+    assert env.grounding("Player ( 2 , 2 ) , box ( 1 , 1 ) , target ( 1 , 3 ) .") == 1.0
+    assert env.grounding("I am at ( 1 , 1 ) , box at ( 1 , 1 ) , target at ( 2 , 2 ) .") == pytest.approx(1 / 3)
+    assert env.grounding("I will push the box toward the target .") is None
 
 
 def test_demonstration_suboptimal_replaces_first_action():

@@ -22,6 +22,7 @@ from typing import ClassVar
 
 from agentcollapse.envs import register
 from agentcollapse.envs.base import SingleAnswerEnv
+from agentcollapse.envs.parsing import arithmetic_claims
 from agentcollapse.errors import UserError
 
 NAMES = (("Tom", "he"), ("Sam", "he"), ("Ana", "she"), ("Mia", "she"))
@@ -29,6 +30,7 @@ ITEMS = ("apples", "coins", "books", "marbles", "pencils")
 _NUMBER = re.compile(r"[+-]?(?:\d+(?:\.\d+)?|\.\d+)")
 _FRACTION = re.compile(r"([+-]?\d+)/(\d+)")
 _BOXED = re.compile(r"^\\boxed\{(.*)\}$")
+_START_CLAIM = re.compile(r"(?:Start with|begin at|there are) (\d+)")
 # Operand ranges and the cap on intermediate values per difficulty.
 _LEVELS = {1: (2, 10, 100), 2: (2, 20, 400), 3: (2, 50, 2000)}
 
@@ -188,6 +190,13 @@ class MathEnv(SingleAnswerEnv):
 
     def observation(self) -> str:
         return f"{self.render_grid()}\nGive the answer as a single number ."
+
+    def grounding(self, think: str) -> float | None:
+        """Share of true claims: each ``a op b = c`` is correct arithmetic, and a stated start
+        amount (``Start with N`` / ``begin at N`` / ``there are N``) is the problem's."""
+        problem = self._require_problem()
+        claims = arithmetic_claims(think) + [int(n) == problem.start for n in _START_CLAIM.findall(think)]
+        return sum(claims) / len(claims) if claims else None
 
     def demonstration(self, rng: random.Random, suboptimal_prob: float = 0.0) -> tuple[str, str]:
         problem = self._require_problem()

@@ -43,3 +43,25 @@ def split_actions(answer: str, max_actions: int) -> list[str]:
     """Action words of an answer, at most ``max_actions`` (extra ones are ignored, as in RAGEN)."""
     parts = [p.strip() for p in answer.split(ACTION_SEPARATOR)]
     return [p for p in parts if p][:max_actions]
+
+
+_EQUATION = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)(?: / (\d+))?")
+
+
+def arithmetic_claims(think: str) -> list[bool]:
+    """Whether each ``a op b = c`` (or ``= p / q``) stated in reasoning is correct arithmetic.
+
+    The checkable part of single-answer reasoning: a model can keep the format of worked steps while
+    the numbers stop being right, which grounding should see."""
+    from fractions import Fraction
+
+    claims: list[bool] = []
+    for a, op, b, num, den in _EQUATION.findall(think):
+        x, y = Fraction(int(a)), Fraction(int(b))
+        if (op == "/" and y == 0) or (den and int(den) == 0):
+            claims.append(False)
+            continue
+        stated = Fraction(int(num), int(den)) if den else Fraction(int(num))
+        true = {"+": x + y, "-": x - y, "*": x * y, "/": x / y if y else x}[op]
+        claims.append(true == stated)
+    return claims

@@ -23,12 +23,15 @@ Cells are (row, col) with row 0 at the top. Grid symbols: ``#`` wall, ``_`` floo
 from __future__ import annotations
 
 import random
+import re
 from collections import deque
 from typing import ClassVar, Iterable, Sequence
 
 from agentcollapse.envs import register
 from agentcollapse.envs.base import TextEnv
 from agentcollapse.errors import UserError
+
+_POSITION_CLAIM = re.compile(r"(I am at|Player|I stand at|box at|box|target at|target) \( (\d+) , (\d+) \)")
 
 ACTION_NAMES = ("Up", "Down", "Left", "Right")
 ACTIONS: dict[str, int] = {name.lower(): i for i, name in enumerate(ACTION_NAMES)}
@@ -368,6 +371,20 @@ class SokobanEnv(TextEnv):
     def target_positions(self) -> list[tuple[int, int]]:
         room = self._require_room()
         return [room.rc(t) for t in sorted(room.targets)]
+
+    def grounding(self, think: str) -> float | None:
+        """Share of true position claims: where the player is (``I am at``, ``Player``, ``I stand
+        at``), that a named ``box`` is a box and a named ``target`` is a target."""
+        claims: list[bool] = []
+        for what, row, col in _POSITION_CLAIM.findall(think):
+            pos = (int(row), int(col))
+            if what in ("I am at", "Player", "I stand at"):
+                claims.append(pos == self.position)
+            elif what.startswith("box"):
+                claims.append(pos in self.box_positions)
+            else:
+                claims.append(pos in self.target_positions)
+        return sum(claims) / len(claims) if claims else None
 
     def render_grid(self) -> str:
         room = self._require_room()
