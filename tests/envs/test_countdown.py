@@ -8,6 +8,7 @@ from agentcollapse import envs
 from agentcollapse.envs.countdown import (
     CountdownEnv,
     CountdownParseError,
+    computation_steps,
     evaluate,
     format_tree,
     parse_expression,
@@ -150,7 +151,7 @@ def test_solver_reports_unreachable():
     assert evaluate(format_tree(solve([4, 7], 28))) == 28
 
 
-def test_demonstration_is_correct_and_grounded():
+def test_demonstration_is_correct_and_shows_every_step():
     env = envs.make("countdown")
     rng = random.Random(0)
     openings = set()
@@ -158,20 +159,39 @@ def test_demonstration_is_correct_and_grounded():
         env.reset(seed)
         reasoning, answer = env.demonstration(rng)
         assert env.score(answer)[0] == 1.0
-        assert str(env.target) in reasoning and " = " in reasoning
+        assert str(env.target) in reasoning and reasoning.endswith("That is the target .")
         assert all(str(n) in reasoning for n in env.numbers)
-        assert len([w for w in reasoning.split() if w.isalnum()]) <= 30
+        # one "a op b = c" per operation of the answer, all true, the last one reaching the target
+        steps = computation_steps(parse_expression(answer).tree)
+        assert len(steps) == len(env.numbers) - 1
+        for a, op, b, r in steps:
+            assert f"{a} {op} {b} = {r} ." in reasoning
+        assert steps[-1][3] == env.target
+        assert env.grounding(reasoning) == 1.0
         openings.add(reasoning.split()[0])
     assert len(openings) >= 2
 
 
-def test_suboptimal_demonstration_uses_numbers_but_misses():
+def test_suboptimal_demonstration_uses_numbers_misses_and_says_so():
     env = envs.make("countdown")
     rng = random.Random(1)
     for seed in range(20):
         env.reset(seed)
-        _, answer = env.demonstration(rng, suboptimal_prob=1.0)
+        reasoning, answer = env.demonstration(rng, suboptimal_prob=1.0)
         assert env.score(answer)[0] == pytest.approx(0.1), answer
+        value = evaluate(answer)
+        assert reasoning.endswith(f"That gives {value} .")  # integer steps, shown truthfully
+        assert env.grounding(reasoning) == 1.0
+
+
+def test_grounding_counts_true_arithmetic_and_the_real_target():
+    env = envs.make("countdown")
+    env.reset(0)
+    wrong_target = env.target + 1
+    assert env.grounding(f"I need {env.target} . 3 + 4 = 7 .") == 1.0
+    assert env.grounding(f"I need {wrong_target} . 3 + 4 = 7 .") == 0.5
+    assert env.grounding("3 + 4 = 8 . 6 / 4 = 3 / 2 .") == 0.5
+    assert env.grounding("I should combine the numbers carefully .") is None
 
 
 def test_bad_settings_are_user_errors():

@@ -29,6 +29,7 @@ from typing import ClassVar, Union
 
 from agentcollapse.envs import register
 from agentcollapse.envs.base import SingleAnswerEnv
+from agentcollapse.envs.parsing import arithmetic_claims
 from agentcollapse.errors import UserError
 
 MAX_EXPRESSION_CHARS = 100
@@ -42,6 +43,7 @@ USES_NUMBERS_REWARD = 0.1
 Node = Union[int, tuple[str, "Node", "Node"]]
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
 _TOKEN = re.compile(r"\s*(?:([0-9]+)|([-+*/()]))")
+_TARGET_CLAIM = re.compile(r"(?:target|need|reach) (\d+)")
 
 
 class CountdownParseError(ValueError):
@@ -235,14 +237,23 @@ def _search(items: list[tuple[Fraction, Node]], target: Fraction, integers_only:
     return None
 
 
-def _first_operation(node: Node) -> Node:
-    """The deepest-left operation of a tree (the first partial result a person would compute)."""
-    op, left, right = node  # type: ignore[misc]
-    if not isinstance(left, int):
-        return _first_operation(left)
-    if not isinstance(right, int):
-        return _first_operation(right)
-    return node
+def computation_steps(node: Node) -> list[tuple[Fraction, str, Fraction, Fraction]]:
+    """The operations of a tree in the order a person computes them (left subtree, right subtree,
+    then the node) as (left value, op, right value, result); division by zero raises."""
+    if isinstance(node, int):
+        return []
+    op, left, right = node
+    steps = computation_steps(left) + computation_steps(right)
+    steps.append((_eval(left), op, _eval(right), _eval(node)))
+    return steps
+
+
+def _integer_steps(node: Node) -> bool:
+    """Every intermediate result is a non-negative integer (the arithmetic a small model can learn)."""
+    try:
+        return all(r.denominator == 1 and r >= 0 for _, _, _, r in computation_steps(node))
+    except CountdownParseError:
+        return False
 
 
 def _fmt_value(value: Fraction) -> str:
@@ -330,37 +341,36 @@ class CountdownEnv(SingleAnswerEnv):
         return f"{self.render_grid()}\nUse each number exactly once ."
 
     def demonstration(self, rng: random.Random, suboptimal_prob: float = 0.0) -> tuple[str, str]:
-        tree = solve(self.numbers, self.target, rng)
-        if tree is None:  # cannot happen for generated targets
-            tree = self._random_tree(rng)
-        nums = " , ".join(map(str, self.numbers))
-        if isinstance(tree, int):
-            first_text, first_value = str(tree), Fraction(tree)
-        else:
-            first = _first_operation(tree)
-            first_text, first_value = format_tree(first), _eval(first)
-        partial = f"{first_text} = {_fmt_value(first_value)}"
-        reasoning = " ".join(
-            (
-                rng.choice(
-                    (
-                        f"I need {self.target} from {nums} .",
-                        f"Numbers {nums} , target {self.target} .",
-                        f"With {nums} I want to reach {self.target} .",
-                    )
-                ),
-                rng.choice(
-                    (
-                        f"First {partial} .",
-                        f"{partial} is a good start .",
-                        f"Computing {partial} , then I use the rest .",
-                    )
-                ),
-            )
-        )
+        """Reasoning that restates the numbers and target, then computes the chosen expression one
+        operation at a time (so the arithmetic is in the text, checkable, and learnable token by
+        token). With ``suboptimal_prob`` the expression is a random one that misses the target; its
+        computation is still shown truthfully."""
         if rng.random() < suboptimal_prob:
             tree = self._wrong_tree(rng)
-        return reasoning, format_tree(tree)
+        else:
+            tree = solve(self.numbers, self.target, rng)
+            if tree is None:  # cannot happen for generated targets
+                tree = self._wrong_tree(rng)
+        nums = " , ".join(map(str, self.numbers))
+        opening = rng.choice(
+            (f"I need {self.target} from {nums} .", f"Numbers {nums} , target {self.target} .", f"With {nums} I want to reach {self.target} .")
+        )
+        answer = format_tree(tree)
+        try:  # steps of the written answer (its parse may regroup, e.g. a + ( b + c ) is a + b + c)
+            steps = computation_steps(parse_expression(answer).tree)
+            work = " ".join(f"{_fmt_value(a)} {op} {_fmt_value(b)} = {_fmt_value(r)} ." for a, op, b, r in steps)
+            value = _fmt_value(_eval(tree))
+        except CountdownParseError:
+            work, value = "", "undefined"
+        verdict = "That is the target ." if value == str(self.target) else f"That gives {value} ."
+        return " ".join(part for part in (opening, work, verdict) if part), answer
+
+    def grounding(self, think: str) -> float | None:
+        """Share of true claims: each ``a op b = c`` is correct arithmetic, and a stated target
+        (``target N`` / ``need N`` / ``reach N``) is the real one."""
+        claims = arithmetic_claims(think)
+        claims += [int(t) == self.target for t in _TARGET_CLAIM.findall(think)]
+        return sum(claims) / len(claims) if claims else None
 
     def _random_tree(self, rng: random.Random) -> Node:
         pool: list[Node] = list(self.numbers)
@@ -371,13 +381,17 @@ class CountdownEnv(SingleAnswerEnv):
         return pool[0]
 
     def _wrong_tree(self, rng: random.Random) -> Node:
-        """An expression using every number once whose value is not the target."""
-        tree = self._random_tree(rng)
-        for _ in range(100):
-            try:
-                if _eval(tree) != self.target:
-                    break
-            except CountdownParseError:
-                pass
+        """An expression using every number once whose value is not the target (integer steps
+        preferred, so its shown computation stays plain arithmetic)."""
+        fallback = None
+        for _ in range(200):
             tree = self._random_tree(rng)
-        return tree
+            try:
+                if _eval(tree) == self.target:
+                    continue
+            except CountdownParseError:
+                continue
+            if _integer_steps(tree):
+                return tree
+            fallback = fallback or tree
+        return fallback if fallback is not None else self._random_tree(rng)
