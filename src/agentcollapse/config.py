@@ -27,7 +27,10 @@ class WarmStartConfig:
     # Many small steps: copying facts from the observation emerges after ~300-400 steps of batch 8
     # (measured: held-out position-copy accuracy 0.30 at step 100, 1.00 at step 400).
     steps: int = 1000  # optimizer steps (length-bucketed batches of episodes)
-    batch_size: int = 8
+    batch_size: int = 8  # episodes per step, unless batch_tokens is set
+    # Fill each batch up to this many tokens instead (padded width x rows): short single-turn
+    # episodes then get as many tokens per step as long multi-turn ones. Unset = batch_size.
+    batch_tokens: Optional[int] = None
     lr: float = 2e-3
     suboptimal_prob: float = 0.5  # share of turns whose actions are random: RL headroom at T=1
     template_prob: float = 0.1  # share of turns with input-agnostic reasoning: the collapse attractor

@@ -85,6 +85,9 @@ CASES = {
     "NaN learning rate": (["algorithm.lr=nan"], ["algorithm.lr=nan must be a finite number >= 0"]),
     "filter value out of range": (["filter=rv_top_p", "filter.value=2.0"], ["filter=rv_top_p", "(0, 1]"]),
     "zero max_steps": (["trainer.max_steps=0"], ["trainer.max_steps=0 must be an integer >= 1"]),
+    "zero warm-start token budget": (
+        ["model.warm_start.batch_tokens=0"], ["model.warm_start.batch_tokens=0 must be an integer >= 1"]
+    ),
     "unknown key": (["trainer.max_stepz=3"], ["unknown config key 'trainer.max_stepz'", "max_steps", "--cfg job"]),
     "unknown key appended with +": (["+trainer.max_stepz=3"], ["unknown config key 'trainer.max_stepz'", "max_steps"]),
     "unknown top-level key": (["max_steps=3"], ["unknown config key 'max_steps'", "trainer"]),

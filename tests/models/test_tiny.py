@@ -5,7 +5,7 @@ import stat
 import pytest
 
 from agentcollapse.errors import UserError
-from agentcollapse.models.tiny import build_tiny_policy, cache_key, load_tokenizer
+from agentcollapse.models.tiny import build_tiny_policy, cache_key, length_bucketed_batches, load_tokenizer
 from agentcollapse.models.tokenizer import FORMAT_TOKENS
 
 
@@ -26,6 +26,44 @@ def test_cache_key_changes_with_what_shapes_the_model(make_cfg):
     key = cache_key(cfg.model, cfg.env)
     cfg.model.warm_start.suboptimal_prob = 0.123
     assert cache_key(cfg.model, cfg.env) != key
+
+
+def test_unset_warm_start_options_keep_the_cache_key(make_cfg):
+    cfg = make_cfg()
+    key = cache_key(cfg.model, cfg.env)
+    assert cfg.model.warm_start.batch_tokens is None
+    cfg.model.warm_start.batch_tokens = 2048
+    assert cache_key(cfg.model, cfg.env) != key
+
+
+def test_single_turn_envs_bring_their_warm_start_and_overrides_still_win():
+    from agentcollapse.benchmarking import compose_config
+
+    assert compose_config(["env=frozenlake"]).model.warm_start.batch_tokens is None
+    for env in ("math", "countdown"):
+        ws = compose_config([f"env={env}"]).model.warm_start
+        assert ws.batch_tokens == 2048 and ws.episodes >= 20000
+    ws = compose_config(["env=countdown", "model.warm_start.batch_tokens=512", "model.warm_start.steps=7"]).model.warm_start
+    assert (ws.batch_tokens, ws.steps) == (512, 7)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_length_bucketed_batches_cover_every_sequence_once(seed):
+    import random
+
+    rng = random.Random(seed)
+    lengths = [rng.randint(5, 300) for _ in range(97)]
+    fixed = length_bucketed_batches(lengths, batch_size=8)
+    assert [len(b) for b in fixed[:-1]] == [8] * (len(fixed) - 1)
+    budget = length_bucketed_batches(lengths, batch_size=8, batch_tokens=600)
+    for batches in (fixed, budget):
+        assert sorted(i for b in batches for i in b) == list(range(97))
+        flat = [lengths[i] for b in batches for i in b]
+        assert flat == sorted(flat)  # similar lengths share a batch
+    for batch in budget:  # padded size within budget, unless one sequence alone exceeds it
+        assert len(batch) * max(lengths[i] for i in batch) <= 600 or len(batch) == 1
+    # short sequences get more rows per batch than long ones
+    assert len(budget[0]) > len(budget[-1])
 
 
 def test_tokenizer_knows_format_tags_and_chat_template(make_cfg):

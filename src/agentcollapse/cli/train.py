@@ -135,6 +135,12 @@ def validate_config(cfg: RunConfig) -> None:
         if m.name == "hf":
             raise UserError("model=hf needs model.path=<local Hugging Face model directory>")
         _check_writable_dir(Path(cfg.cache_dir).expanduser(), "cache directory", "set cache_dir=<a writable dir> or AGENTCOLLAPSE_CACHE")
+        if m.name == "tiny":
+            ws = m.warm_start
+            for key in ("episodes", "steps", "batch_size"):
+                _at_least(f"model.warm_start.{key}", getattr(ws, key), 1)
+            if ws.batch_tokens is not None:
+                _at_least("model.warm_start.batch_tokens", ws.batch_tokens, 1)
     # Algorithm: a preset name, finite non-negative coefficients, settings the preset accepts.
     from agentcollapse.algorithms.presets import PRESETS
 

@@ -38,16 +38,18 @@ from agentcollapse.rollout.context import (
 )
 
 log = logging.getLogger(__name__)
-BUILD_VERSION = 1  # bump when the build recipe changes, so caches rebuild
+BUILD_VERSION = 2  # bump when the build recipe changes, so caches rebuild
 WARM_START_SEED_BASE = 50_000_000  # demonstration maps never overlap training or held-out seeds
 
 
 def cache_key(model_cfg: ModelConfig, env_cfg: EnvConfig) -> str:
+    warm_start = asdict(model_cfg.warm_start) if not isinstance(model_cfg.warm_start, dict) else dict(model_cfg.warm_start)
     spec = {
         "version": BUILD_VERSION,
         "env": {"name": env_cfg.name, "kwargs": dict(env_cfg.kwargs)},
         "arch": [model_cfg.hidden_size, model_cfg.num_layers, model_cfg.num_heads, model_cfg.intermediate_size],
-        "warm_start": asdict(model_cfg.warm_start) if not isinstance(model_cfg.warm_start, dict) else model_cfg.warm_start,
+        # Unset (None) options do not shape the build, so adding one keeps existing caches valid.
+        "warm_start": {k: v for k, v in warm_start.items() if v is not None},
     }
     blob = json.dumps(spec, sort_keys=True, default=str)
     return f"tiny-{env_cfg.name}-{hashlib.sha256(blob.encode()).hexdigest()[:12]}"
@@ -142,8 +144,9 @@ def build_tiny_policy(
     )
     model = LlamaForCausalLM(config)
     sequences = [_episode_sequence(tokenizer, turns) for turns in episodes]
+    batches = length_bucketed_batches([len(ids) for ids, _ in sequences], ws.batch_size, ws.batch_tokens)
     final_loss = _supervised_fine_tune(
-        model, sequences, ws.steps, ws.batch_size, ws.lr, ws.seed, tokenizer.pad_token_id, progress, ws.context_loss_weight
+        model, sequences, batches, ws.steps, ws.lr, ws.seed, tokenizer.pad_token_id, progress, ws.context_loss_weight
     )
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
     model.save_pretrained(tmp)
@@ -164,11 +167,30 @@ def build_tiny_policy(
     return target
 
 
+def length_bucketed_batches(lengths: list[int], batch_size: int, batch_tokens: int | None = None) -> list[list[int]]:
+    """Indices sorted by length, cut into batches of ``batch_size`` sequences, or, with
+    ``batch_tokens``, of as many as fit (rows x longest length <= batch_tokens, at least one).
+    Similar lengths together waste little on padding."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    if batch_tokens is None:
+        return [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:  # ascending, so the newest sequence is the longest of its batch
+        if current and (len(current) + 1) * lengths[i] > batch_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
 def _supervised_fine_tune(
     model: LlamaForCausalLM,
     sequences: list[tuple[list[int], list[int]]],
+    buckets: list[list[int]],
     steps: int,
-    batch_size: int,
     lr: float,
     seed: int,
     pad_id: int,
@@ -190,9 +212,7 @@ def _supervised_fine_tune(
 
         bar = tqdm(total=steps, desc="warm start (SFT)", leave=False)
     loss_value = float("nan")
-    # Length-bucketed batches (sorted, then cut) waste little on padding; their order is shuffled.
-    order = sorted(range(len(sequences)), key=lambda i: len(sequences[i][0]))
-    buckets = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    # The batches' order is shuffled each pass.
     for step in range(steps):
         if step % len(buckets) == 0:
             schedule_order = torch.randperm(len(buckets), generator=gen).tolist()
