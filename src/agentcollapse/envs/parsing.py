@@ -6,8 +6,10 @@ so a response may or may not repeat the opening tag; both parse the same way.
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass
+from fractions import Fraction
 
 ACTION_SEPARATOR = "||"
 _THINK = re.compile(r"^\s*(?:<think>)?(.*?)</think>", re.DOTALL)
@@ -46,22 +48,19 @@ def split_actions(answer: str, max_actions: int) -> list[str]:
 
 
 _EQUATION = re.compile(r"(\d+) ([-+*/]) (\d+) = (\d+)(?: / (\d+))?")
+_OPERATIONS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv}
 
 
 def arithmetic_claims(think: str) -> list[bool]:
     """Whether each ``a op b = c`` (or ``= p / q``) stated in reasoning is correct arithmetic.
 
     The checkable part of single-answer reasoning: a model can keep the format of worked steps while
-    the numbers stop being right, which grounding should see."""
-    from fractions import Fraction
-
+    the numbers stop being right, which grounding should see. Division by zero is a false claim."""
     claims: list[bool] = []
     for a, op, b, num, den in _EQUATION.findall(think):
-        x, y = Fraction(int(a)), Fraction(int(b))
-        if (op == "/" and y == 0) or (den and int(den) == 0):
+        if (op == "/" and int(b) == 0) or (den and int(den) == 0):
             claims.append(False)
             continue
-        stated = Fraction(int(num), int(den)) if den else Fraction(int(num))
-        true = {"+": x + y, "-": x - y, "*": x * y, "/": x / y if y else x}[op]
-        claims.append(true == stated)
+        stated = Fraction(int(num), int(den) if den else 1)
+        claims.append(_OPERATIONS[op](Fraction(int(a)), Fraction(int(b))) == stated)
     return claims
