@@ -1,4 +1,7 @@
-"""Tests for the SNR-aware filtering core; expected index arrays are computed by hand."""
+"""Tests for the SNR-aware filtering core; expected index arrays are computed by hand.
+
+The boundary cases where our semantics follow the authors' code (issue 12) are in test_parity.py.
+"""
 
 from __future__ import annotations
 
@@ -40,11 +43,13 @@ def test_constants() -> None:
         "reward_variance",
         "reward_std",
         "reward",
+        "reward_sum",
         "entropy",
         "entropy_variance",
+        "entropy_std",
         "length",
     )
-    assert STRATEGIES == ("top_p", "top_k", "top_k_abs", "min_p", "percentile_range")
+    assert STRATEGIES == ("top_p", "top_k", "top_k_abs", "min_p", "percentile_range", "within_group")
     assert SCALE_MODES == ("none", "linear", "sqrt")
 
 
@@ -67,18 +72,24 @@ def test_group_scores_match_hand_loop() -> None:
         group_scores(vals, "entropy_variance"), [statistics.variance(r) for r in rows]
     )
     np.testing.assert_allclose(group_scores(vals, "length"), [statistics.mean(r) for r in rows])
+    np.testing.assert_allclose(group_scores(vals, "reward_sum"), [math.fsum(r) for r in rows])
+    np.testing.assert_allclose(
+        group_scores(vals, "entropy_std"), [statistics.stdev(r) for r in rows]
+    )
 
 
 def test_group_scores_small_hand_values() -> None:
     returns = [[0.0, 1.0], [1.0, 1.0], [0.0, 0.0]]
-    np.testing.assert_allclose(group_scores(returns), [0.5, 0.0, 0.0])
+    np.testing.assert_allclose(group_scores(returns, "reward_variance"), [0.5, 0.0, 0.0])
     np.testing.assert_allclose(group_scores(returns, "reward_std"), [math.sqrt(0.5), 0.0, 0.0])
     np.testing.assert_allclose(group_scores(returns, "reward"), [0.5, 1.0, 0.0])
 
 
-def test_group_scores_default_is_reward_variance() -> None:
+def test_group_scores_default_is_reward_std() -> None:
+    # Issue 12: the default score is the std (what the authors' "reward_variance" computes).
     vals = np.array([[1.0, 3.0, 5.0]])
-    assert group_scores(vals).tolist() == [4.0]
+    assert group_scores(vals).tolist() == [2.0]
+    assert group_scores(vals, "reward_variance").tolist() == [4.0]
 
 
 def test_group_scores_single_rollout_mean_metrics_ok() -> None:
@@ -87,7 +98,7 @@ def test_group_scores_single_rollout_mean_metrics_ok() -> None:
     assert group_scores(vals, "length").tolist() == [2.0, 3.0]
 
 
-@pytest.mark.parametrize("metric", ["reward_variance", "reward_std", "entropy_variance"])
+@pytest.mark.parametrize("metric", ["reward_variance", "reward_std", "entropy_variance", "entropy_std"])
 def test_group_scores_variance_needs_two_rollouts(metric: str) -> None:
     with pytest.raises(UserError, match="set group_size>=2"):
         group_scores(np.ones((3, 1)), metric)
@@ -127,7 +138,8 @@ def test_group_scores_non_numeric() -> None:
         (0.9, [1, 3, 4]),  # threshold 0.89: cumsum 0.4, 0.7, 0.9
         (0.95, [1, 3, 4, 0]),  # threshold 0.94: needs all four
         (1.0, [1, 3, 4, 0]),  # all non-zero groups
-        (1e-6, [1]),  # tiny value keeps exactly one
+        (0.02, [1]),  # threshold 0.01: the first group reaches it
+        (1e-6, []),  # value * total = 1e-6 <= eps: nothing (test_parity.py)
     ],
 )
 def test_top_p_linear(value: float, expected: list[int]) -> None:
@@ -169,13 +181,14 @@ def test_top_p_softmax_accepts_negative_scores() -> None:
     assert_kept(select_groups(scores, "top_p", 0.8, include_zero=True, top_p_mode="softmax"), [2, 1])
 
 
-def test_top_p_linear_rejects_negative_scores_when_kept() -> None:
-    with pytest.raises(UserError, match="top_p_mode='softmax'"):
-        select_groups(np.array([-1.0, 2.0]), "top_p", 0.5, include_zero=True)
+def test_top_p_linear_negative_scores_rank_like_any_other() -> None:
+    # Issue 12 (item 5): no error. total 1, threshold 0.49: group 1 (2.0) reaches it.
+    assert_kept(select_groups(np.array([-1.0, 2.0]), "top_p", 0.5, include_zero=True), [1])
 
 
-def test_negative_scores_dropped_without_include_zero() -> None:
-    assert_kept(select_groups(np.array([-1.0, 2.0, 0.0]), "top_p", 1.0), [1])
+def test_negative_scores_are_candidates_without_include_zero() -> None:
+    # Issue 12 (item 5): only |score| <= 1e-10 is dropped; rho=1 keeps every candidate.
+    assert_kept(select_groups(np.array([-1.0, 2.0, 0.0]), "top_p", 1.0), [1, 0])
 
 
 # --------------------------------------------------------------------------- top_k / top_k_abs
@@ -184,11 +197,12 @@ def test_negative_scores_dropped_without_include_zero() -> None:
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        (0.5, [1, 3]),  # 0.5 * 4 = 2
-        (0.6, [1, 3]),  # 2.4 -> 2
-        (0.625, [1, 3, 4]),  # 2.5 -> 3 (round half up)
+        # int(value * 5 groups), at least 1, at most the 4 non-zero ones (test_parity.py)
+        (0.5, [1, 3]),  # int(2.5) = 2
+        (0.6, [1, 3, 4]),  # int(3.0) = 3
+        (0.7, [1, 3, 4]),  # int(3.5) = 3
         (0.01, [1]),  # at least one
-        (1.0, [1, 3, 4, 0]),
+        (1.0, [1, 3, 4, 0]),  # int(5) capped at 4
     ],
 )
 def test_top_k(value: float, expected: list[int]) -> None:
@@ -235,9 +249,11 @@ def test_min_p(value: float, include_zero: bool, expected: list[int]) -> None:
     assert_kept(select_groups(SCORES, "min_p", value, include_zero=include_zero), expected)
 
 
-def test_min_p_rejects_negative_best() -> None:
-    with pytest.raises(UserError, match="non-negative metric"):
-        select_groups(np.array([-1.0, -2.0]), "min_p", 0.5, include_zero=True)
+def test_min_p_negative_best_keeps_what_the_rule_keeps() -> None:
+    # Issue 12 (item 5): no error; threshold 0.5 * -1 = -0.5 and no score reaches it.
+    assert_kept(select_groups(np.array([-1.0, -2.0]), "min_p", 0.5, include_zero=True), [])
+    # value 1: score >= max - 1e-10 keeps the best
+    assert_kept(select_groups(np.array([-1.0, -2.0]), "min_p", 1.0, include_zero=True), [0])
 
 
 # --------------------------------------------------------------------------- percentile_range
@@ -258,36 +274,38 @@ PR_SCORES = np.array([0.8, 0.1, 0.5, 0.0, 0.3, 0.7, 0.2, 0.6])
     ],
 )
 def test_percentile_range_quartiles(lo_hi: tuple[float, float], expected: list[int]) -> None:
-    assert_kept(select_groups(PR_SCORES, "percentile_range", lo_hi), expected)
+    assert_kept(select_groups(PR_SCORES, "percentile_range", lo_hi, include_zero=True), expected)
 
 
-def test_percentile_range_ignores_include_zero() -> None:
-    # The zero group (index 3) is ranked last and stays in Q4 either way.
-    for include_zero in (False, True):
-        assert_kept(
-            select_groups(PR_SCORES, "percentile_range", (0.75, 1.0), include_zero=include_zero),
-            [1, 3],
-        )
+def test_percentile_range_band_after_zero_exclusion() -> None:
+    # Issue 12 (item 6): without include_zero the band is over the 7 non-zero groups
+    # 0, 5, 7, 2, 4, 6, 1: Q4 = ranks [round(5.25), 7) = [5, 7).
+    assert_kept(select_groups(PR_SCORES, "percentile_range", (0.75, 1.0)), [6, 1])
+    assert_kept(
+        select_groups(PR_SCORES, "percentile_range", (0.75, 1.0), include_zero=True), [1, 3]
+    )
 
 
-@pytest.mark.parametrize("n", list(range(1, 14)) + [100])
+@pytest.mark.parametrize("n", list(range(4, 14)) + [100])
 def test_quartiles_partition_all_groups(n: int) -> None:
+    # Rounded edges (the authors' rule) partition the groups once there are >= 4 of them.
     rng = np.random.default_rng(n)
     scores = rng.integers(0, 3, size=n).astype(float)  # many ties and zeros
     quartiles = [(0.0, 0.25), (0.25, 0.5), (0.5, 0.75), (0.75, 1.0)]
-    parts = [select_groups(scores, "percentile_range", q) for q in quartiles]
+    parts = [select_groups(scores, "percentile_range", q, include_zero=True) for q in quartiles]
     joined = np.concatenate(parts)
     assert sorted(joined.tolist()) == list(range(n))
     # concatenated quartiles are exactly the full descending ranking
-    assert joined.tolist() == select_groups(scores, "percentile_range", (0.0, 1.0)).tolist()
+    full = select_groups(scores, "percentile_range", (0.0, 1.0), include_zero=True)
+    assert joined.tolist() == full.tolist()
     if n % 4 == 0:
         assert [p.size for p in parts] == [n // 4] * 4
 
 
 def test_percentile_range_float_boundaries_partition() -> None:
     scores = np.arange(100, dtype=float)
-    a = select_groups(scores, "percentile_range", (0.0, 0.29))
-    b = select_groups(scores, "percentile_range", (0.29, 1.0))
+    a = select_groups(scores, "percentile_range", (0.0, 0.29), include_zero=True)
+    b = select_groups(scores, "percentile_range", (0.29, 1.0), include_zero=True)
     assert a.size == 29  # 0.29 * 100 is 28.999... in floating point
     assert a.size + b.size == 100
     assert set(a.tolist()).isdisjoint(b.tolist())
@@ -509,8 +527,9 @@ def test_rv_quantile_buckets_hand_example() -> None:
 
 
 def test_rv_quantile_buckets_default_six() -> None:
+    # Issue 12: leftover groups join the top bucket (the authors' split), not the first ones.
     buckets = rv_quantile_buckets(np.arange(7, dtype=float))
-    assert [b.tolist() for b in buckets] == [[0, 1], [2], [3], [4], [5], [6]]
+    assert [b.tolist() for b in buckets] == [[0], [1], [2], [3], [4], [5, 6]]
     few = rv_quantile_buckets(np.array([2.0, 1.0]))
     assert [b.tolist() for b in few] == [[1], [0], [], [], [], []]
 
@@ -528,7 +547,7 @@ def test_rv_quantile_buckets_errors() -> None:
 def test_torch_tensors_accepted() -> None:
     torch = pytest.importorskip("torch")
     returns = torch.tensor([[0.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]], requires_grad=True)
-    scores = group_scores(returns)
+    scores = group_scores(returns, "reward_variance")
     np.testing.assert_allclose(scores, [1.0 / 3.0, 0.0])
     kept = select_groups(torch.tensor(scores), "top_p", 0.9)
     assert_kept(kept, [0])
@@ -539,5 +558,5 @@ def test_torch_tensors_accepted() -> None:
     ]
     assert rv_std_over_mean(returns) == pytest.approx(1.0)
     bf16 = torch.tensor([[0.0, 1.0], [0.0, 0.0]], dtype=torch.bfloat16)
-    np.testing.assert_allclose(group_scores(bf16), [0.5, 0.0])
+    np.testing.assert_allclose(group_scores(bf16, "reward_variance"), [0.5, 0.0])
     assert [b.tolist() for b in rv_quantile_buckets(torch.tensor([0.3, 0.1]), 2)] == [[1], [0]]
