@@ -18,6 +18,7 @@ def _reference(L, zlen, row_col, equiv):
     R, C = len(L), len(L[0])
     mt, mg, ms, gs, acc = [], [], [], [], {1: [], 2: [], 4: [], 8: []}
     chance = []
+    chance_k = {2: [], 4: [], 8: []}
     for r in range(R):
         own = row_col[r]
         tok = [x / zlen[r] for x in L[r]]
@@ -28,7 +29,11 @@ def _reference(L, zlen, row_col, equiv):
         order = sorted(range(C), key=lambda j: -L[r][j])
         for k in acc:
             acc[k].append(float(any(equiv[j] == equiv[own] for j in order[:k])))
-        chance.append(sum(equiv[j] == equiv[own] for j in range(C)) / C)
+        m = sum(equiv[j] == equiv[own] for j in range(C))
+        chance.append(m / C)
+        for k in chance_k:
+            # P(an own-class column among k of C drawn at random), by counting k-subsets
+            chance_k[k].append(1.0 if k >= C else 1.0 - math.comb(C - m, k) / math.comb(C, k))
 
     def mean(xs):
         return sum(xs) / len(xs)
@@ -46,12 +51,16 @@ def _reference(L, zlen, row_col, equiv):
         "marginal_log_prob_mean": mean(mg),
         "conditional_entropy_est": -mean(mt),
         "reasoning_entropy_est": -mean(mg),
+        "conditional_entropy_seq_est": -mean(ms),
+        "reasoning_entropy_seq_est": -mean(gs),
         "retrieval_accuracy": mean(acc[1]),
         "retrieval_accuracy@2": mean(acc[2]),
         "retrieval_accuracy@4": mean(acc[4]),
         "retrieval_accuracy@8": mean(acc[8]),
         "retrieval_chance_level": mean(chance),
         "retrieval_above_chance": mean(acc[1]) - mean(chance),
+        **{f"retrieval_chance_level@{k}": mean(chance_k[k]) for k in chance_k},
+        **{f"retrieval_above_chance@{k}": mean(acc[k]) - mean(chance_k[k]) for k in chance_k},
         "marginal_std": st,
         "mi_zscore": mean([(a - b) / (st + 1e-3) for a, b in zip(mt, mg)]),
         "mi_zscore_seq": mean([(a - b) / (ss + 1e-3) for a, b in zip(ms, gs)]),
@@ -163,3 +172,34 @@ def test_zscore_with_sigma_matches_metrics():
     m = proxy_metrics(L, z, rc)
     assert zscore_with_sigma(L, z, rc, m["marginal_std"]) == pytest.approx(m["mi_zscore"])
     assert zscore_with_sigma(L, z, rc, m["marginal_std_seq"], per_token=False) == pytest.approx(m["mi_zscore_seq"])
+
+
+def test_chance_at_k_distinct_columns_is_k_over_c():
+    # the authors' chance_k = min(k, C) / C when every column is its own prompt
+    R, C = 6, 5
+    L = -torch.rand(R, C, generator=torch.Generator().manual_seed(3)) * 20
+    m = proxy_metrics(L, torch.ones(R), torch.arange(R) % C)
+    assert m["retrieval_chance_level@2"] == pytest.approx(2 / 5)
+    assert m["retrieval_chance_level@4"] == pytest.approx(4 / 5)
+    assert m["retrieval_chance_level@8"] == 1.0
+    for k in (2, 4, 8):
+        assert m[f"retrieval_above_chance@{k}"] == pytest.approx(m[f"retrieval_accuracy@{k}"] - m[f"retrieval_chance_level@{k}"])
+
+
+def test_chance_at_k_with_equivalent_columns_is_exact():
+    # one row, 4 columns, 2 of them its own prompt: P(own among 2 random) = 1 - C(2,2)/C(4,2) = 5/6
+    # (the authors' min(1, k * 2/4) says 1.0); a constant row scores exactly that chance
+    eq = torch.tensor([0, 1, 0, 2])
+    m = proxy_metrics(torch.zeros(1, 4), torch.ones(1), torch.tensor([0]), eq)
+    assert m["retrieval_chance_level@2"] == pytest.approx(5 / 6)
+    assert m["retrieval_accuracy@2"] == pytest.approx(5 / 6)
+    assert m["retrieval_above_chance@2"] == pytest.approx(0.0, abs=1e-12)
+    assert m["retrieval_chance_level@4"] == 1.0
+
+
+def test_sequence_entropy_estimates():
+    L = torch.tensor([[-4.0, -6.0], [-8.0, -2.0]])
+    m = proxy_metrics(L, torch.tensor([2, 4]), torch.tensor([0, 1]))
+    assert m["conditional_entropy_seq_est"] == pytest.approx(3.0)  # -mean(-4, -2)
+    marg = [math.log((math.exp(-4) + math.exp(-6)) / 2), math.log((math.exp(-8) + math.exp(-2)) / 2)]
+    assert m["reasoning_entropy_seq_est"] == pytest.approx(-sum(marg) / 2)

@@ -99,3 +99,53 @@ def test_trajectory_without_turns_is_not_a_candidate():
     assert s.stats["num_candidates"] == 5 and len(s.contexts) == 3
     t = trajectory_sample(batch, encode, np.random.default_rng(0))
     assert t.stats["num_candidates"] == 5
+
+
+# -- issue 12: the authors' sampler options and the registry -----------------------------------------
+def test_registry_runs_first_turn_then_trajectory():
+    from agentcollapse.diagnostics import get_sampler, sampler_names, sampler_prefix
+    from agentcollapse.errors import UserError
+
+    assert sampler_names()[:2] == ("first_turn", "trajectory")
+    assert get_sampler("first_turn").fn is first_turn_sample
+    assert get_sampler("trajectory").fn is trajectory_sample
+    assert sampler_prefix("trajectory") == "collapse_trajectory_sample"
+    with pytest.raises(UserError, match="choose one of first_turn, trajectory"):
+        get_sampler("turn")
+
+
+def test_first_turn_num_samples_caps_valid_traces():
+    batch = _batch()  # 6 first-turn candidates, 4 with reasoning
+    s = first_turn_sample(batch, encode, np.random.default_rng(0), num_samples=2)
+    assert len(s.traces) == 2 and s.stats["num_traces"] == 2
+    assert s.stats["num_candidates"] == 6 and s.stats["num_valid"] == 4
+    assert s.stats["valid_thinking_rate"] == pytest.approx(4 / 6)  # of the candidates, before the cap
+    assert len(s.contexts) == 3  # every prompt keeps its column
+    full = first_turn_sample(batch, encode)
+    pairs = set(zip(map(tuple, full.traces), full.row_col))
+    assert set(zip(map(tuple, s.traces), s.row_col)) <= pairs and len(set(map(tuple, s.traces))) == 2
+    # a cap at or above the valid count keeps them all and draws nothing
+    rng = np.random.default_rng(0)
+    state = rng.bit_generator.state
+    assert first_turn_sample(batch, encode, rng, num_samples=64).traces == full.traces
+    assert rng.bit_generator.state == state
+    with pytest.raises(ValueError, match="needs an rng"):
+        first_turn_sample(batch, encode, None, num_samples=2)
+
+
+def test_trajectory_sample_with_replacement():
+    batch = _batch()  # 6 trajectories, 12 turns of which 10 have non-blank reasoning
+    s = trajectory_sample(batch, encode, np.random.default_rng(5), num_samples=40, replace=True)
+    assert s.stats["num_candidates"] == 10  # capped at the valid (trajectory, turn) pairs
+    default = trajectory_sample(batch, encode, np.random.default_rng(5), replace=True)
+    assert default.stats["num_candidates"] == 6  # one draw per trajectory by default
+    # over many draws some trajectory is drawn twice in one sample; its pairs can then coincide
+    rng = np.random.default_rng(0)
+    dup = False
+    for _ in range(50):
+        t = trajectory_sample(batch, encode, rng, num_samples=6, replace=True)
+        dup |= len({tuple(c) for c in t.contexts}) < len(t.contexts)
+        assert t.row_col == list(range(len(t.traces)))
+    assert dup
+    again = trajectory_sample(batch, encode, np.random.default_rng(5), num_samples=40, replace=True)
+    assert again.traces == s.traces and again.contexts == s.contexts

@@ -1,8 +1,10 @@
 """Diagnostics for template collapse: the in-batch MI proxy (METHOD.md section 3) and a simulator.
 
-Pure functions and small stateful helpers; no Lightning or Hydra.
+Pure functions and small stateful helpers; no Lightning or Hydra. Samplers register by name
+(``@register_sampler``); :func:`collapse_metrics` runs every registered one on a batch.
 """
 
+from .collapse import BATCH_KEYS, RV_STAT_KEYS, SamplerOptions, collapse_metrics, reward_variance_stats, valid_thinking_counts
 from .cross_score import cross_score, naive_cross_score
 from .ema import EMA, ProxyEMAState
 from .proxy import (
@@ -12,10 +14,26 @@ from .proxy import (
     proxy_metrics,
     zscore_with_sigma,
 )
-from .samplers import ProxySample, first_turn_sample, trajectory_sample
+from .samplers import (
+    ProxySample,
+    SamplerSpec,
+    first_turn_sample,
+    get_sampler,
+    reasoning_ids,
+    register_sampler,
+    sampler_names,
+    sampler_prefix,
+    trajectory_sample,
+)
 from .simulator import SimulatorScorer, get_scorer, run_simulation, simulate
 
 __all__ = [
+    "BATCH_KEYS",
+    "RV_STAT_KEYS",
+    "SamplerOptions",
+    "collapse_metrics",
+    "reward_variance_stats",
+    "valid_thinking_counts",
     "cross_score",
     "naive_cross_score",
     "EMA",
@@ -26,7 +44,13 @@ __all__ = [
     "proxy_metrics",
     "zscore_with_sigma",
     "ProxySample",
+    "SamplerSpec",
     "first_turn_sample",
+    "get_sampler",
+    "reasoning_ids",
+    "register_sampler",
+    "sampler_names",
+    "sampler_prefix",
     "trajectory_sample",
     "SimulatorScorer",
     "get_scorer",

@@ -12,7 +12,7 @@ Per row r with own column i = row_col[r]:
 
 ``mi_estimate`` (per-token) and ``mi_seq_estimate`` (sequence) are mean(matched - marginal); the upper
 bound is log C. Entropies: ``conditional_entropy_est`` = -mean(matched), ``reasoning_entropy_est`` =
--mean(marginal) (per-token). Z-scores: mean((matched - marginal) / (sigma + 1e-3)) with sigma the
+-mean(marginal) (per-token); ``*_seq_est`` the same with sequence sums. Z-scores: mean((matched - marginal) / (sigma + 1e-3)) with sigma the
 population std over rows of the marginal (one sigma per version).
 
 Retrieval: row r is retrieved when its best-scoring column is equivalent to its own column. Ties are
@@ -23,6 +23,11 @@ the best own-class column, ``n_eq`` columns tied with it of which ``m`` are own-
 (#own-class columns attaining the max) / (#columns attaining the max), so a matrix whose rows are
 constant across columns scores exactly the chance level. Ties are exact float equality. Chance for
 row r is (#columns equivalent to its own) / C; the reported chance level is its mean over rows.
+Chance at k is what that random tie-breaking gives a row constant across columns: with m own-class
+columns among C, ``1 - C(C - m, k) / C(C, k)`` per row (``min(k, C) / C`` for distinct columns, as in
+the authors' code), averaged over rows; ``retrieval_above_chance@k`` = accuracy@k - chance@k.
+(The authors compute ``min(1, k * mean chance)`` with equivalent columns, an over-estimate when a
+row has several own-class columns; see ``docs/parity.md``.)
 """
 
 from __future__ import annotations
@@ -53,10 +58,14 @@ PROXY_KEYS = (
     "marginal_log_prob_mean",
     "conditional_entropy_est",
     "reasoning_entropy_est",
+    "conditional_entropy_seq_est",
+    "reasoning_entropy_seq_est",
     "retrieval_accuracy",
     *(f"retrieval_accuracy@{k}" for k in TOPK),
     "retrieval_chance_level",
     "retrieval_above_chance",
+    *(f"retrieval_chance_level@{k}" for k in TOPK),
+    *(f"retrieval_above_chance@{k}" for k in TOPK),
     "marginal_std",
     "mi_zscore",
     "mi_zscore_seq",
@@ -148,6 +157,15 @@ def _topk_credit(L: torch.Tensor, rc: torch.Tensor, eq: torch.Tensor, ks: Sequen
     return out
 
 
+def _chance_at(own_counts: Sequence[float], n_cols: int, k: int) -> float:
+    """Mean over rows of P(an own-class column is among k columns drawn at random), m own of C."""
+    total = 0.0
+    for m in own_counts:
+        m = int(m)
+        total += 1.0 if k >= n_cols else 1.0 - math.comb(n_cols - m, k) / math.comb(n_cols, k)
+    return total / len(own_counts)
+
+
 def _nan_metrics(n_cols: int) -> dict[str, float]:
     out = {k: math.nan for k in PROXY_KEYS}
     out["mi_upper_bound"] = math.log(n_cols) if n_cols > 0 else math.nan
@@ -181,6 +199,7 @@ def proxy_metrics(
     credit = _topk_credit(L, rc, eq, ks).mean(dim=1).tolist()
     own_count = (eq[rc].unsqueeze(1) == eq.unsqueeze(0)).sum(dim=1).to(torch.float64)
     chance = float((own_count / n_cols).mean())
+    chance_k = {k: _chance_at(own_count.tolist(), n_cols, k) for k in TOPK}
 
     out = {
         "mi_estimate": float((matched_t - marginal_t).mean()),
@@ -190,10 +209,14 @@ def proxy_metrics(
         "marginal_log_prob_mean": float(marginal_t.mean()),
         "conditional_entropy_est": -float(matched_t.mean()),
         "reasoning_entropy_est": -float(marginal_t.mean()),
+        "conditional_entropy_seq_est": -float(matched_s.mean()),
+        "reasoning_entropy_seq_est": -float(marginal_s.mean()),
         "retrieval_accuracy": credit[0],
         **{f"retrieval_accuracy@{k}": credit[i + 1] for i, k in enumerate(TOPK)},
         "retrieval_chance_level": chance,
         "retrieval_above_chance": credit[0] - chance,
+        **{f"retrieval_chance_level@{k}": chance_k[k] for k in TOPK},
+        **{f"retrieval_above_chance@{k}": credit[i + 1] - chance_k[k] for i, k in enumerate(TOPK)},
         "marginal_std": sigma_t,
         "mi_zscore": _zscore(matched_t, marginal_t, sigma_t),
         "mi_zscore_seq": _zscore(matched_s, marginal_s, sigma_s),

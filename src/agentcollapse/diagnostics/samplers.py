@@ -1,28 +1,47 @@
-"""The two MI-proxy samplers of METHOD.md section 3: RolloutBatch -> (contexts, traces, row_col, stats).
+"""The MI-proxy samplers of METHOD.md section 3: RolloutBatch -> (contexts, traces, row_col, stats).
 
-* :func:`first_turn_sample`: the first turn of every trajectory; columns = the P prompts (the first
-  turn's context of the first trajectory of each group that has a turn), rows = every trajectory's
-  first-turn reasoning.
-* :func:`trajectory_sample`: every trajectory (or ``num_samples`` of them), one turn drawn uniformly;
-  each kept (X, Z) pair is its own column, so row r's column is r.
+Each sampler is one function decorated with ``@register_sampler(name)``, with the signature
+``(batch, encode_think, rng, num_samples=None, replace=False) -> ProxySample``; its metrics are
+logged as ``collapse_<name>_sample/<metric>`` (:func:`sampler_prefix`).
 
-Rows are the reasoning text ``Turn.think`` re-tokenised with ``encode_think`` (the caller's tokenizer,
-no special tokens). Traces with empty reasoning (blank text or no tokens) are dropped; their share is
-``valid_thinking_rate``. Trajectories without any turn are not candidates. Identical contexts can occur
-(e.g. two trajectory-sampler draws of the same group's first turn): pass
-``column_equivalence(contexts)`` to ``proxy_metrics``.
+* ``first_turn`` (:func:`first_turn_sample`): the first turn of every trajectory; columns = the P
+  prompts (the first turn's context of the first trajectory of each group that has a turn), rows =
+  the trajectories' non-empty first-turn reasoning, optionally ``num_samples`` of them (the
+  authors cap this at 64, drawn without replacement).
+* ``trajectory`` (:func:`trajectory_sample`): every trajectory (or ``num_samples`` draws of one,
+  without or, as the authors do, with replacement), one turn drawn uniformly; each kept (X, Z) pair
+  is its own column, so row r's column is r.
+
+Rows are the reasoning text ``Turn.think`` re-tokenised with ``encode_think`` (the caller's
+tokenizer, no special tokens). Traces with empty reasoning (blank text or no tokens) are dropped;
+their share is ``valid_thinking_rate``. Trajectories without any turn are not candidates. Identical
+contexts can occur (e.g. two draws of the same turn): pass ``column_equivalence(contexts)`` to
+``proxy_metrics``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from agentcollapse.filtering.registry import Registry
 from agentcollapse.rollout.batch import RolloutBatch, Turn
 
-__all__ = ["ProxySample", "first_turn_sample", "trajectory_sample"]
+__all__ = [
+    "ProxySample",
+    "SamplerFn",
+    "SamplerSpec",
+    "first_turn_sample",
+    "get_sampler",
+    "register_sampler",
+    "reasoning_ids",
+    "sampler_names",
+    "sampler_prefix",
+    "trajectory_sample",
+]
 
 EncodeFn = Callable[[str], list[int]]
 
@@ -31,30 +50,104 @@ class ProxySample(NamedTuple):
     contexts: list[list[int]]  # columns
     traces: list[list[int]]  # rows
     row_col: list[int]  # column of each row's own context
-    stats: dict[str, float]  # valid_thinking_rate, num_candidates, num_traces, num_contexts
+    # valid_thinking_rate, num_candidates, num_valid (non-empty candidates), num_traces (rows kept),
+    # num_contexts
+    stats: dict[str, float]
 
 
-def _encode(turn: Turn, encode_think: EncodeFn) -> list[int]:
+class SamplerFn(Protocol):
+    def __call__(
+        self,
+        batch: RolloutBatch,
+        encode_think: EncodeFn,
+        rng: np.random.Generator | None = ...,
+        num_samples: int | None = ...,
+        replace: bool = ...,
+    ) -> ProxySample: ...
+
+
+@dataclass(frozen=True)
+class SamplerSpec:
+    name: str
+    fn: SamplerFn
+    help: str
+
+
+_SAMPLERS: Registry[SamplerSpec] = Registry("MI-proxy sampler")
+
+
+def register_sampler(name: str) -> Callable[[SamplerFn], SamplerFn]:
+    """Decorator: register ``fn(batch, encode_think, rng, num_samples, replace)`` as sampler ``name``."""
+
+    def deco(fn: SamplerFn) -> SamplerFn:
+        doc = (fn.__doc__ or "").strip().splitlines()
+        _SAMPLERS.add(name, SamplerSpec(name, fn, doc[0] if doc else ""))
+        return fn
+
+    return deco
+
+
+def sampler_names() -> tuple[str, ...]:
+    """Registered sampler names, in registration order (the order they run in)."""
+    return _SAMPLERS.names()
+
+
+def get_sampler(name: str) -> SamplerSpec:
+    return _SAMPLERS.get(name)
+
+
+def sampler_prefix(name: str) -> str:
+    """The metric namespace of sampler ``name``: ``collapse_<name>_sample``."""
+    return f"collapse_{name}_sample"
+
+
+def reasoning_ids(turn: Turn, encode_think: EncodeFn) -> list[int]:
+    """The turn's reasoning Z re-tokenised; ``[]`` when it is blank (such a trace is not valid)."""
     think = (turn.think or "").strip()
     if not think:
         return []
     return [int(t) for t in encode_think(think)]
 
 
-def _stats(num_candidates: int, num_valid: int, num_contexts: int) -> dict[str, float]:
+def _stats(num_candidates: int, num_valid: int, num_traces: int, num_contexts: int) -> dict[str, float]:
     return {
         "valid_thinking_rate": num_valid / num_candidates if num_candidates else float("nan"),
         "num_candidates": float(num_candidates),
-        "num_traces": float(num_valid),
+        "num_valid": float(num_valid),
+        "num_traces": float(num_traces),
         "num_contexts": float(num_contexts),
     }
 
 
-def first_turn_sample(batch: RolloutBatch, encode_think: EncodeFn) -> ProxySample:
-    """Columns: one context per prompt group (in group order); rows: first-turn reasoning of each trajectory.
+def _check_num_samples(num_samples: int | None) -> None:
+    if num_samples is not None and (isinstance(num_samples, bool) or int(num_samples) != num_samples or num_samples < 0):
+        raise ValueError(f"num_samples must be None or an integer >= 0, got {num_samples!r}")
 
-    Groups none of whose trajectories has a turn get no column. Column order follows group index.
+
+def _draw(pool: list[int], num_samples: int, rng: np.random.Generator | None, replace: bool) -> list[int]:
+    """``num_samples`` entries of ``pool`` (with or without replacement), in pool order."""
+    if rng is None:
+        raise ValueError("sub-sampling needs an rng: pass a numpy Generator")
+    picked = rng.choice(len(pool), size=int(num_samples), replace=replace)
+    return [pool[i] for i in sorted(int(i) for i in picked)]
+
+
+@register_sampler("first_turn")
+def first_turn_sample(
+    batch: RolloutBatch,
+    encode_think: EncodeFn,
+    rng: np.random.Generator | None = None,
+    num_samples: int | None = None,
+    replace: bool = False,
+) -> ProxySample:
+    """First-turn reasoning of each trajectory scored under the P prompts (one column per prompt).
+
+    Groups none of whose trajectories has a turn get no column; column order follows group index.
+    ``num_samples``: keep that many of the valid (non-empty) traces, drawn with ``rng`` (without
+    replacement unless ``replace``; capped at the valid ones when drawing without replacement).
+    Every prompt keeps its column even if none of its traces is drawn (``docs/parity.md``).
     """
+    _check_num_samples(num_samples)
     group_ctx: dict[int, list[int]] = {}
     for traj in batch.trajectories:
         if traj.turns and traj.group not in group_ctx:
@@ -63,45 +156,60 @@ def first_turn_sample(batch: RolloutBatch, encode_think: EncodeFn) -> ProxySampl
     col_of_group = {g: i for i, g in enumerate(groups)}
     contexts = [group_ctx[g] for g in groups]
 
-    traces: list[list[int]] = []
-    row_col: list[int] = []
+    valid: list[tuple[list[int], int]] = []
     candidates = 0
     for traj in batch.trajectories:
         if not traj.turns:
             continue
         candidates += 1
-        ids = _encode(traj.turns[0], encode_think)
+        ids = reasoning_ids(traj.turns[0], encode_think)
         if ids:
-            traces.append(ids)
-            row_col.append(col_of_group[traj.group])
-    return ProxySample(contexts, traces, row_col, _stats(candidates, len(traces), len(contexts)))
+            valid.append((ids, col_of_group[traj.group]))
+    rows = list(range(len(valid)))
+    if num_samples is not None and (replace or num_samples < len(valid)) and valid:
+        rows = _draw(rows, num_samples, rng, replace)
+    traces = [valid[i][0] for i in rows]
+    row_col = [valid[i][1] for i in rows]
+    return ProxySample(contexts, traces, row_col, _stats(candidates, len(valid), len(traces), len(contexts)))
 
 
+@register_sampler("trajectory")
 def trajectory_sample(
     batch: RolloutBatch,
     encode_think: EncodeFn,
-    rng: np.random.Generator,
+    rng: np.random.Generator | None = None,
     num_samples: int | None = None,
+    replace: bool = False,
 ) -> ProxySample:
-    """One uniformly drawn turn per trajectory; each non-empty (X, Z) pair is its own column.
+    """One uniformly drawn turn per drawn trajectory; each non-empty (X, Z) pair is its own column.
 
-    ``num_samples``: draw that many trajectories without replacement (capped at the number of
-    trajectories with turns) instead of using all of them; sampled pairs keep the batch order.
+    Without ``num_samples`` every trajectory with turns is drawn once. ``num_samples`` without
+    ``replace``: that many distinct trajectories (capped at the number with turns). With
+    ``replace`` (the authors' sampler): ``num_samples`` independent uniform draws (default: one per
+    trajectory), capped at the number of turns with non-blank reasoning (when there is any), as
+    theirs caps at the number of valid (trajectory, turn) pairs; a trajectory drawn twice may yield
+    the same pair twice (equivalent columns). Drawn pairs keep the batch order.
     """
+    _check_num_samples(num_samples)
     pool = [i for i, t in enumerate(batch.trajectories) if t.turns]
-    if num_samples is not None and num_samples < len(pool):
-        if num_samples < 0:
-            raise ValueError("num_samples must be >= 0")
-        pool = sorted(rng.choice(pool, size=num_samples, replace=False).tolist())
+    if pool and rng is None:
+        raise ValueError("the trajectory sampler draws a turn per trajectory: pass a numpy Generator")
+    if replace and pool:
+        draws = len(pool) if num_samples is None else int(num_samples)
+        cap = sum(1 for i in pool for turn in batch.trajectories[i].turns if (turn.think or "").strip())
+        # no valid pair at all: draw anyway, so valid_thinking_rate reads 0 rather than undefined
+        pool = _draw(pool, min(draws, cap) if cap else draws, rng, True)
+    elif num_samples is not None and num_samples < len(pool):
+        pool = _draw(pool, num_samples, rng, False)
 
     contexts: list[list[int]] = []
     traces: list[list[int]] = []
     for i in pool:
         turns = batch.trajectories[i].turns
-        turn = turns[int(rng.integers(len(turns)))]
-        ids = _encode(turn, encode_think)
+        turn = turns[int(rng.integers(len(turns)))]  # type: ignore[union-attr]
+        ids = reasoning_ids(turn, encode_think)
         if ids:  # drop empty reasoning BEFORE forming columns
             contexts.append(list(turn.context_ids))
             traces.append(ids)
     row_col = list(range(len(traces)))
-    return ProxySample(contexts, traces, row_col, _stats(len(pool), len(traces), len(contexts)))
+    return ProxySample(contexts, traces, row_col, _stats(len(pool), len(traces), len(traces), len(contexts)))
