@@ -8,7 +8,7 @@ ENV ?= frozenlake
 ARGS ?=
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv test test-fast sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy mi-check doctor smollm2 clean-venv
+.PHONY: help venv lint format test test-fast sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy mi-check doctor smollm2 clean-venv
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
@@ -24,7 +24,15 @@ $(STAMP): requirements.lock pyproject.toml
 
 venv: $(STAMP) ## create or refresh the virtual environment
 
-test: $(STAMP) ## run the test suite (slow end-to-end tests included; < 15 min on 2 cores)
+lint: $(STAMP) ## ruff check and format check (run by make test)
+	$(BIN)/ruff check src tests benchmarks analysis
+	$(BIN)/ruff format --check src tests benchmarks analysis
+
+format: $(STAMP) ## apply ruff's fixes and formatting
+	$(BIN)/ruff check --fix src tests benchmarks analysis
+	$(BIN)/ruff format src tests benchmarks analysis
+
+test: lint ## lint, then the test suite (slow end-to-end tests included; < 15 min on 2 cores)
 	$(BIN)/python -m pytest -q
 
 test-fast: $(STAMP) ## run the tests without the slow end-to-end ones

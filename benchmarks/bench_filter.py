@@ -44,9 +44,10 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from agentcollapse.benchmarking import attach_to_trainer, config_and_policy, training_batch
     from agentcollapse.filtering import group_scores, rv_std_over_mean, select_groups
-    from agentcollapse.lightning.module import AgentRLModule
+    from agentcollapse.lightning import AgentRLModule, Selection
+    from agentcollapse.run.jobs import config_and_policy, training_batch
+    from agentcollapse.run.trainer import attach_to_trainer
 
     warnings.filterwarnings("ignore")  # Lightning/transformers chatter on every fresh Trainer
     logging.disable(logging.INFO)  # and its info lines ("Trainer.fit stopped", tips)
@@ -55,11 +56,15 @@ def main() -> None:
     returns = batch.returns()
     scores = group_scores(returns, "reward_variance")
     P = batch.num_prompts
-    print(f"one rollout batch P={P} x G={batch.group_size} in {perf['perf/rollout_time_s']:.2f}s, reused for every "
-          f"update; success {batch.successes().mean():.3f}, groups with RV>0: {int(np.sum(scores > 1e-12))}/{P}, "
-          f"Std(RV)/Mean(RV) = {rv_std_over_mean(returns):.2f}")
-    print(f"kept set: select_groups(reward_variance, 'top_p', rho, include_zero=True, top_p_mode={args.top_p_mode!r}) "
-          f"-- include_zero=True so rho=1 keeps every group and no rho empties the batch; algorithm={cfg.algorithm.name}")
+    print(
+        f"one rollout batch P={P} x G={batch.group_size} in {perf['perf/rollout_time_s']:.2f}s, reused for every "
+        f"update; success {batch.successes().mean():.3f}, groups with RV>0: {int(np.sum(scores > 1e-12))}/{P}, "
+        f"Std(RV)/Mean(RV) = {rv_std_over_mean(returns):.2f}"
+    )
+    print(
+        f"kept set: select_groups(reward_variance, 'top_p', rho, include_zero=True, top_p_mode={args.top_p_mode!r}) "
+        f"-- include_zero=True so rho=1 keeps every group and no rho empties the batch; algorithm={cfg.algorithm.name}"
+    )
 
     if args.top_p_mode == "linear" and np.sum(scores > 1e-12) < P:
         print("note: linear top_p keeps zero-RV groups only at rho=1; with every RV zero any rho<1 keeps exactly 1 group")
@@ -80,7 +85,7 @@ def main() -> None:
         for rho in args.rhos:
             module = fresh_module()
             started = time.perf_counter()
-            module.update(batch, kept[rho], None, 1.0)
+            module.update(batch, Selection(kept[rho]))
             times[rho].append(time.perf_counter() - started)
     fresh_module()  # leave the policy as it was loaded
 
@@ -89,8 +94,7 @@ def main() -> None:
     for rho in args.rhos:
         med = statistics.median(times[rho])
         n = len(kept[rho])
-        print(f"{rho:>5g} {n:>6d} {n / P:>6.2f} {med:>9.3f} {med / base:>6.2f}  "
-              + " ".join(f"{t:.3f}" for t in times[rho]))
+        print(f"{rho:>5g} {n:>6d} {n / P:>6.2f} {med:>9.3f} {med / base:>6.2f}  " + " ".join(f"{t:.3f}" for t in times[rho]))
     print(f"ratio = median update time / median at rho={args.rhos[0]:g} (same batch, same start weights)")
 
 

@@ -17,7 +17,8 @@ import csv
 import time
 from pathlib import Path
 
-from agentcollapse.benchmarking import compose_config, wilson_interval
+from agentcollapse.analysis.stats import wilson_interval
+from agentcollapse.config import compose as compose_config
 
 TEMPERATURES = {"val/success_rate_t1": "T=1.0", "val/success_rate": "T=0.5", "val/success_rate_greedy": "greedy"}
 
@@ -36,19 +37,29 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="Hydra overrides applied to every run")
     args = ap.parse_args()
 
-    from agentcollapse.cli.train import run_training
+    from agentcollapse.run import train as run_training
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     results: dict[str, dict[str, list[tuple[int, int]]]] = {}
     for algo in args.algorithms:
         for seed in args.seeds:
             run_dir = Path(args.out) / stamp / f"{algo}-seed{seed}"
-            cfg = compose_config([
-                f"algorithm={algo}", f"seed={seed}", f"trainer.max_steps={args.steps}", f"trainer.val_every={args.steps}",
-                f"trainer.val_episodes={args.episodes}", "trainer.val_temperatures=[1.0,0.5,0.0]",
-                "trainer.checkpoint_every=0", "diagnostics.enabled=false", "logger=csv", "trainer.progress_bar=false",
-                "rollout.group_size=8", *args.overrides,
-            ])
+            cfg = compose_config(
+                [
+                    f"algorithm={algo}",
+                    f"seed={seed}",
+                    f"trainer.max_steps={args.steps}",
+                    f"trainer.val_every={args.steps}",
+                    f"trainer.val_episodes={args.episodes}",
+                    "trainer.val_temperatures=[1.0,0.5,0.0]",
+                    "trainer.checkpoint_every=0",
+                    "callbacks=filter_only",
+                    "logger=csv",
+                    "trainer.progress_bar=false",
+                    "rollout.group_size=8",
+                    *args.overrides,
+                ]
+            )
             cfg.run_dir = str(run_dir)
             started = time.perf_counter()
             summary = run_training(cfg)

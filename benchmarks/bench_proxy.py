@@ -6,7 +6,7 @@ speedup over the naive one.
 On one P x G rollout batch of the configured policy (default: the tiny model, P=8, G=16) it times, each
 ``--repeats`` times interleaved, and reports medians of:
 
-* proxy: both samplers through ``agentcollapse.lightning.diagnostics.collapse_metrics``;
+* proxy: both samplers through ``agentcollapse.diagnostics.collapse_metrics``;
 * iteration: ``collect_rollouts`` (same seeds and sample seed every repeat) + ``AgentRLModule.update``
   on the whole batch (all groups, the module attached to a real Trainer); the proxy's share of it and
   the implied overhead at ``diagnostics.compute_freq`` (proxy / (compute_freq * iteration));
@@ -28,7 +28,7 @@ import re
 import statistics
 import time
 
-from agentcollapse.benchmarking import attach_to_trainer
+from agentcollapse.run.trainer import attach_to_trainer
 
 
 def _fill_empty_thinks(batch) -> int:
@@ -58,10 +58,8 @@ def _timed(fn):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions; medians are reported")
-    ap.add_argument("--score-batch-size", type=int, default=None,
-                    help="cross_score batch size (default: diagnostics.score_batch_size)")
-    ap.add_argument("--fill-empty-thinks", action="store_true",
-                    help="use the decoded response as reasoning where the parser found none")
+    ap.add_argument("--score-batch-size", type=int, default=None, help="cross_score batch size (default: diagnostics.score_batch_size)")
+    ap.add_argument("--fill-empty-thinks", action="store_true", help="use the decoded response as reasoning where the parser found none")
     ap.add_argument("--skip-naive", action="store_true", help="do not time naive_cross_score (slow at large P, G)")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. rollout.num_prompts=4 cache_dir=/tmp/c")
     args = ap.parse_args()
@@ -69,29 +67,33 @@ def main() -> None:
     import numpy as np
     import torch
 
-    from agentcollapse.diagnostics import ProxyEMAState, cross_score, first_turn_sample, naive_cross_score
-    from agentcollapse.lightning.diagnostics import SAMPLERS, collapse_metrics
-    from agentcollapse.lightning.module import TRAIN_SEED_BASE
-    from agentcollapse.rollout.context import encode
-    from agentcollapse.rollout.runner import collect_rollouts
-
-    from agentcollapse.benchmarking import config_and_policy
+    from agentcollapse.diagnostics import (
+        ProxyEMAState,
+        collapse_metrics,
+        cross_score,
+        first_turn_sample,
+        naive_cross_score,
+        sampler_prefixes,
+    )
+    from agentcollapse.lightning import Selection
+    from agentcollapse.models.context import encode
+    from agentcollapse.run.jobs import config_and_policy, training_batch
 
     cfg, policy = config_and_policy(args.overrides)
     score_bs = args.score_batch_size or cfg.diagnostics.score_batch_size
     module = _attached_module(cfg, policy)
     model, tok = module.model, policy.tokenizer
     P, G = cfg.rollout.num_prompts, cfg.rollout.group_size
-    seeds = list(range(TRAIN_SEED_BASE, TRAIN_SEED_BASE + P))
 
     def rollout():
-        return collect_rollouts(policy, module.make_env, seeds, G, cfg.rollout.temperature, cfg.rollout.max_new_tokens,
-                                sample_seed=0, generation_batch_size=cfg.rollout.generation_batch_size)
+        return training_batch(policy, cfg)  # iteration 1's batch
 
     batch, perf = rollout()
     n_turns = sum(len(t.turns) for t in batch.trajectories)
-    print(f"rollout P={P} x G={G}: {perf['perf/rollout_time_s']:.2f}s, {n_turns} turns, "
-          f"{perf['perf/rollout_tokens_per_s']:.0f} generated tokens/s")
+    print(
+        f"rollout P={P} x G={G}: {perf['perf/rollout_time_s']:.2f}s, {n_turns} turns, "
+        f"{perf['perf/rollout_tokens_per_s']:.0f} generated tokens/s"
+    )
     if args.fill_empty_thinks:
         print(f"--fill-empty-thinks: {_fill_empty_thinks(batch)} of {n_turns} turns had empty reasoning")
 
@@ -102,12 +104,15 @@ def main() -> None:
     # the same token ratio counting the one context forward per prompt the cached scorer also runs
     n_r = max(1, len(sample.traces))
     ideal_prefill = (ctx_len + z_len) / (z_len + ctx_len / n_r)
-    print(f"first-turn sample: {len(sample.traces)} traces x {len(sample.contexts)} contexts, "
-          f"valid_thinking_rate {sample.stats['valid_thinking_rate']:.3f}, mean |X| {ctx_len:.1f}, mean |Z| {z_len:.1f}")
+    print(
+        f"first-turn sample: {len(sample.traces)} traces x {len(sample.contexts)} contexts, "
+        f"valid_thinking_rate {sample.stats['valid_thinking_rate']:.3f}, mean |X| {ctx_len:.1f}, mean |Z| {z_len:.1f}"
+    )
     can_score = len(sample.traces) > 0 and len(sample.contexts) >= 2
     if not can_score:
-        print("WARNING: too few valid reasoning traces to score; the proxy is skipped "
-              "(try --fill-empty-thinks for a barely trained policy)")
+        print(
+            "WARNING: too few valid reasoning traces to score; the proxy is skipped (try --fill-empty-thinks for a barely trained policy)"
+        )
 
     times: dict[str, list[float]] = {k: [] for k in ("proxy", "rollout", "update", "cached", "naive")}
     max_diff = []
@@ -115,10 +120,13 @@ def main() -> None:
     all_groups = np.arange(P)
     for rep in range(args.repeats):
         # proxy: a fresh EMA/RNG state every repeat, so every repeat scores the same samples
-        emas = {name: ProxyEMAState(decay=0.9) for name in SAMPLERS}
+        emas = {name: ProxyEMAState(decay=0.9) for name in sampler_prefixes()}
         rng = np.random.default_rng(cfg.seed)
-        dt, proxy_out = _timed(lambda: collapse_metrics(model, tok, batch, emas, rng, batch_size=score_bs,
-                                                        trajectory_samples=cfg.diagnostics.trajectory_samples or None))
+        dt, proxy_out = _timed(
+            lambda emas=emas, rng=rng: collapse_metrics(
+                model, tok, batch, emas, rng, batch_size=score_bs, trajectory_samples=cfg.diagnostics.trajectory_samples or None
+            )
+        )
         times["proxy"].append(dt)
         if can_score:
             dt, cached = _timed(lambda: cross_score(model, sample.contexts, sample.traces, batch_size=score_bs))
@@ -129,7 +137,7 @@ def main() -> None:
                 max_diff.append(float((cached - naive).abs().max()))
         dt, _ = _timed(rollout)
         times["rollout"].append(dt)
-        dt, _ = _timed(lambda: module.update(batch, all_groups, None, 1.0))
+        dt, _ = _timed(lambda: module.update(batch, Selection(all_groups)))
         times["update"].append(dt)
         print(f"repeat {rep + 1}/{args.repeats}: " + ", ".join(f"{k} {v[-1]:.3f}s" for k, v in times.items() if v))
 
@@ -146,12 +154,13 @@ def main() -> None:
         if not args.skip_naive:
             speedup = med["naive"] / med["cached"]
             print(f"  naive_cross_score          {med['naive']:.3f}s")
-            print(f"  speedup naive/cached       {speedup:.2f}x   ideal (|X|+|Z|)/|Z| = {ideal:.2f}x   "
-                  f"-> {speedup / ideal:.2f} of ideal")
-            print(f"  (token ratio counting the context forwards, (|X|+|Z|)/(|Z|+|X|/R) with R={n_r} traces: "
-                  f"{ideal_prefill:.2f}x -> {speedup / ideal_prefill:.2f} of it)")
+            print(f"  speedup naive/cached       {speedup:.2f}x   ideal (|X|+|Z|)/|Z| = {ideal:.2f}x   -> {speedup / ideal:.2f} of ideal")
+            print(
+                f"  (token ratio counting the context forwards, (|X|+|Z|)/(|Z|+|X|/R) with R={n_r} traces: "
+                f"{ideal_prefill:.2f}x -> {speedup / ideal_prefill:.2f} of it)"
+            )
             print(f"  max |cached - naive|       {max(max_diff):.2e}")
-    for name in SAMPLERS:
+    for name in sampler_prefixes():
         keys = ("valid_thinking_rate", "num_traces", "num_contexts", "mi_estimate", "retrieval_accuracy")
         print(f"  {name}: " + ", ".join(f"{k}={proxy_out[f'{name}/{k}']:.3g}" for k in keys if f"{name}/{k}" in proxy_out))
 

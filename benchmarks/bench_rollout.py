@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 
-from agentcollapse.benchmarking import config_and_policy, held_out_success, training_batch, wilson_interval
+from agentcollapse.analysis.stats import wilson_interval
+from agentcollapse.run.jobs import config_and_policy, held_out_success, training_batch
 
 
 def _floats(text: str) -> list[float]:
@@ -27,8 +28,10 @@ def main() -> None:
 
     cfg, policy = config_and_policy(args.overrides)
     batch, perf = training_batch(policy, cfg)
-    print(f"rollout P={cfg.rollout.num_prompts} x G={cfg.rollout.group_size}: {perf['perf/rollout_time_s']:.2f}s, "
-          f"{perf['perf/rollout_tokens_per_s']:.0f} generated tokens/s")
+    print(
+        f"rollout P={cfg.rollout.num_prompts} x G={cfg.rollout.group_size}: {perf['perf/rollout_time_s']:.2f}s, "
+        f"{perf['perf/rollout_tokens_per_s']:.0f} generated tokens/s"
+    )
     for slip in args.slips if cfg.env.name == "frozenlake" else [None]:
         env_kwargs = dict(cfg.env.kwargs) | ({"slip": slip} if slip is not None else {})
         for temp in args.temperatures:

@@ -37,8 +37,13 @@ def _header() -> str:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--weights", type=float, nargs="+", default=[0.0, 0.25, 0.5, 0.75, 1.0],
-                    help="template weights to sweep (default: 0 0.25 0.5 0.75 1)")
+    ap.add_argument(
+        "--weights",
+        type=float,
+        nargs="+",
+        default=[0.0, 0.25, 0.5, 0.75, 1.0],
+        help="template weights to sweep (default: 0 0.25 0.5 0.75 1)",
+    )
     ap.add_argument("--diversity", type=float, default=1.0, help="within-input synonym diversity in [0, 1]")
     ap.add_argument("--num-prompts", type=int, default=8, help="P: prompts (columns) per batch")
     ap.add_argument("--group-size", type=int, default=8, help="G: traces per prompt")
@@ -51,22 +56,23 @@ def main(argv: list[str] | None = None) -> None:
 
     t0 = time.perf_counter()
     scorer = get_scorer(args.diversity, steps=args.steps)
-    print(f"trained scorer (diversity={args.diversity}) in {time.perf_counter() - t0:.1f}s, "
-          f"final loss {scorer.train_log[-1]:.3f}; P={args.num_prompts} G={args.group_size}")
+    print(
+        f"trained scorer (diversity={args.diversity}) in {time.perf_counter() - t0:.1f}s, "
+        f"final loss {scorer.train_log[-1]:.3f}; P={args.num_prompts} G={args.group_size}"
+    )
     print(_header())
     for w in args.weights:
-        m = run_simulation(w, args.diversity, num_prompts=args.num_prompts, group_size=args.group_size,
-                           seed=args.seed, scorer=scorer)
+        m = run_simulation(w, args.diversity, num_prompts=args.num_prompts, group_size=args.group_size, seed=args.seed, scorer=scorer)
         print(_row(f"template_weight={w:g}", m))
 
     if args.regimes:
         print("\nregimes (METHOD.md section 2):")
         print(_header())
-        corners = [("diverse", 0.0, 1.0), ("template collapse", 1.0, 1.0),
-                   ("compressed", 0.0, 0.0), ("low-entropy collapse", 1.0, 0.0)]
+        corners = [("diverse", 0.0, 1.0), ("template collapse", 1.0, 1.0), ("compressed", 0.0, 0.0), ("low-entropy collapse", 1.0, 0.0)]
         for name, w, d in corners:
-            m = run_simulation(w, d, num_prompts=args.num_prompts, group_size=args.group_size, seed=args.seed,
-                               scorer=get_scorer(d, steps=args.steps))
+            m = run_simulation(
+                w, d, num_prompts=args.num_prompts, group_size=args.group_size, seed=args.seed, scorer=get_scorer(d, steps=args.steps)
+            )
             print(_row(name, m))
 
 

@@ -35,7 +35,7 @@ def cache_dir(tmp_path_factory):
 
 @pytest.fixture()
 def make_cfg(cache_dir, tmp_path):
-    from agentcollapse.benchmarking import compose_config
+    from agentcollapse.config import compose as compose_config
 
     def _make(*overrides: str):
         cfg = compose_config([*TINY_OVERRIDES, f"cache_dir={cache_dir}", *overrides])

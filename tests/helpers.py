@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from agentcollapse.benchmarking import attach_to_trainer
+from agentcollapse.run.trainer import attach_to_trainer
 
 __all__ = ["attach_to_trainer", "hand_batch", "snapshot"]
 from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
@@ -19,8 +19,16 @@ def hand_batch(policy, rewards) -> RolloutBatch:
     P, G = len(rewards), len(rewards[0])
     for p in range(P):
         for g in range(G):
-            turn = Turn(context_ids=list(ctx), response_ids=list(resp), response_text="", think="go right",
-                        answer="Right", format_valid=True, action_is_valid=True, reward=float(rewards[p][g]))
+            turn = Turn(
+                context_ids=list(ctx),
+                response_ids=list(resp),
+                response_text="",
+                think="go right",
+                answer="Right",
+                format_valid=True,
+                action_is_valid=True,
+                reward=float(rewards[p][g]),
+            )
             trajs.append(Trajectory(group=p, env_seed=p, turns=[turn], success=rewards[p][g] > 0))
     return RolloutBatch(trajectories=trajs, num_prompts=P, group_size=G)
 

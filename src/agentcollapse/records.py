@@ -55,7 +55,7 @@ class RunRecorder:
         self.started = time.time()
 
     @classmethod
-    def resume(cls, run_dir: str | os.PathLike, up_to_step: int) -> "RunRecorder":
+    def resume(cls, run_dir: str | os.PathLike, up_to_step: int) -> RunRecorder:
         """Reload rows logged before the checkpoint step; later ones are replayed by the resumed run."""
         path = Path(run_dir) / "metrics.csv"
         rows = []

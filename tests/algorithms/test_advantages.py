@@ -10,8 +10,8 @@ from agentcollapse.algorithms import (
     compute_group_advantages,
     dr_grpo_advantages,
     gae_advantages,
-    grpo_advantages,
     group_advantages,
+    grpo_advantages,
     masked_whiten,
 )
 
@@ -75,8 +75,7 @@ def test_all_equal_rewards_give_exact_zero(value, normalize_std):
     got = grpo_advantages(R, normalize_std=normalize_std)
     assert torch.equal(got[:2], torch.zeros(2, 7))
     assert got[2].abs().sum() > 0
-    flat = group_advantages(R.flatten(), torch.arange(3).repeat_interleave(7),
-                            normalize_std=normalize_std)
+    flat = group_advantages(R.flatten(), torch.arange(3).repeat_interleave(7), normalize_std=normalize_std)
     assert torch.equal(flat[:14], torch.zeros(14))
 
 

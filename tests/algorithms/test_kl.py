@@ -8,14 +8,14 @@ import torch
 from agentcollapse.algorithms import KL_ESTIMATORS, kl_penalty
 
 
-def loop_kl(l, r, estimator):
-    d = l - r
+def loop_kl(lp, r, estimator):
+    d = lp - r
     if estimator == "k1":
         return d
     if estimator == "k2":
         return d * d / 2
     if estimator in ("k3", "low_var_kl"):
-        x = min(max(r - l, -20.0), 20.0)
+        x = min(max(r - lp, -20.0), 20.0)
         return min(max(math.exp(x) - x - 1, -10.0), 10.0)
     if estimator == "abs":
         return abs(d)
@@ -65,10 +65,10 @@ def test_k1_and_k3_are_unbiased_on_toy_categorical(seed):
     logq = torch.log_softmax(torch.randn(V, dtype=torch.float64), -1)
     exact = (logp.exp() * (logp - logq)).sum().item()
     tokens = torch.multinomial(logp.exp(), N, replacement=True)
-    l, r = logp[tokens], logq[tokens]
+    lp, r = logp[tokens], logq[tokens]
     for est in ("k1", "k3"):
-        samples = kl_penalty(l, r, est)
+        samples = kl_penalty(lp, r, est)
         se = samples.std().item() / math.sqrt(N)
         assert abs(samples.mean().item() - exact) < 3 * se, (est, samples.mean().item(), exact)
     # k3 is the low-variance one, as its name says.
-    assert kl_penalty(l, r, "k3").var() < kl_penalty(l, r, "k1").var()
+    assert kl_penalty(lp, r, "k3").var() < kl_penalty(lp, r, "k1").var()

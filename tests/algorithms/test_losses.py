@@ -129,9 +129,7 @@ def test_policy_loss_matches_loop(mode, adv_per_seq, dual, clip_high, seed):
     A_full = A.unsqueeze(-1).expand(B, T) if adv_per_seq else A
     M = random_mask(B, T)
     out = policy_loss(lp, old, A, M, clip_high=clip_high, dual_clip=dual, agg_mode=mode)
-    e_loss, e_clip, e_kl, e_lower = loop_policy(
-        lp.tolist(), old.tolist(), A_full.tolist(), M.tolist(), 0.2, clip_high, 3.0, dual, mode
-    )
+    e_loss, e_clip, e_kl, e_lower = loop_policy(lp.tolist(), old.tolist(), A_full.tolist(), M.tolist(), 0.2, clip_high, 3.0, dual, mode)
     assert out.loss.item() == pytest.approx(e_loss, rel=1e-10, abs=1e-12)
     assert out.clipfrac.item() == pytest.approx(e_clip)
     assert out.approx_kl.item() == pytest.approx(e_kl, rel=1e-10)

@@ -17,10 +17,10 @@ from agentcollapse.algorithms import (
 def test_preset_values():
     assert set(PRESETS) == {"grpo", "dr_grpo", "dapo", "ppo"}
     g, d, dapo, ppo = (get_preset(n) for n in ("grpo", "dr_grpo", "dapo", "ppo"))
-    assert (g.advantage, g.loss_agg_mode, g.clip_low, g.clip_high) == ("grpo", "token-mean", .2, .2)
+    assert (g.advantage, g.loss_agg_mode, g.clip_low, g.clip_high) == ("grpo", "token-mean", 0.2, 0.2)
     assert (g.kl_coef, g.kl_estimator, g.use_critic) == (0.001, "k3", False)
     assert (d.advantage, d.loss_agg_mode, d.kl_coef) == ("dr_grpo", "seq-mean-token-sum-norm", 0.0)
-    assert (dapo.advantage, dapo.clip_low, dapo.clip_high, dapo.kl_coef) == ("grpo", .2, .28, 0.0)
+    assert (dapo.advantage, dapo.clip_low, dapo.clip_high, dapo.kl_coef) == ("grpo", 0.2, 0.28, 0.0)
     assert dapo.loss_agg_mode == "token-mean"
     assert (ppo.advantage, ppo.use_critic, ppo.gamma, ppo.lam) == ("gae", True, 1.0, 1.0)
     assert (ppo.kl_coef, ppo.kl_estimator, ppo.loss_agg_mode) == (0.001, "k3", "token-mean")
@@ -35,8 +35,14 @@ def test_frozen_and_validated():
     p = get_preset("grpo")
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.clip_high = 0.5  # type: ignore[misc]
-    for bad in ({"advantage": "reinforce"}, {"loss_agg_mode": "sum"}, {"kl_estimator": "k9"},
-                {"use_critic": True}, {"clip_ratio_c": 0.5}, {"kl_coef": -1.0}):
+    for bad in (
+        {"advantage": "reinforce"},
+        {"loss_agg_mode": "sum"},
+        {"kl_estimator": "k9"},
+        {"use_critic": True},
+        {"clip_ratio_c": 0.5},
+        {"kl_coef": -1.0},
+    ):
         with pytest.raises(ValueError):
             dataclasses.replace(p, **bad)
     assert isinstance(dataclasses.replace(p, clip_high=0.28), AlgorithmPreset)

@@ -1,4 +1,3 @@
-
 import pytest
 
 from agentcollapse.analysis import load_runs, spearman_table

@@ -70,6 +70,7 @@ CASES = {
     "unknown filter (group)": (["filter=bogus"], ["unknown filter 'bogus'", "rv_top_p", "filter=<name>"]),
     "unknown filter (name)": (["filter.name=bogus"], ["unknown filter 'bogus'", "rv_top_p"]),
     "unknown filter metric": (["filter=rv_top_p", "filter.metric=bogus"], ["unknown filter.metric 'bogus'", "reward_variance"]),
+    "unknown filter strategy": (["filter=rv_top_p", "filter.strategy=bogus"], ["unknown filter.strategy 'bogus'", "top_p", "within_group"]),
     "unknown model (group)": (["model=bogus"], ["unknown model 'bogus'", "tiny", "model=<name>"]),
     "unknown model (name)": (["model.name=bogus"], ["unknown model 'bogus'", "tiny", "model.path=<dir>"]),
     "model=hf without a path": (["model=hf"], ["model=hf needs model.path="]),
@@ -77,7 +78,7 @@ CASES = {
     "G=1 with GRPO": (["rollout.group_size=1"], ["algorithm=grpo", "rollout.group_size>=2", "got 1"]),
     "G=1 with a variance filter": (
         ["rollout.group_size=1", "algorithm=ppo", "filter=rv_top_p"],
-        ["filter=rv_top_p", "reward_variance", "rollout.group_size>=2"],
+        ["filter=rv_top_p", "reward_std", "group_size>=2"],  # rv_* presets rank by the within-group std
     ),
     "negative kl_coef": (["algorithm.kl_coef=-1"], ["algorithm.kl_coef=-1.0 must be a finite number >= 0"]),
     "NaN kl_coef": (["algorithm.kl_coef=nan"], ["algorithm.kl_coef=nan must be a finite number >= 0"]),
@@ -85,9 +86,7 @@ CASES = {
     "NaN learning rate": (["algorithm.lr=nan"], ["algorithm.lr=nan must be a finite number >= 0"]),
     "filter value out of range": (["filter=rv_top_p", "filter.value=2.0"], ["filter=rv_top_p", "(0, 1]"]),
     "zero max_steps": (["trainer.max_steps=0"], ["trainer.max_steps=0 must be an integer >= 1"]),
-    "zero warm-start token budget": (
-        ["model.warm_start.batch_tokens=0"], ["model.warm_start.batch_tokens=0 must be an integer >= 1"]
-    ),
+    "zero warm-start token budget": (["model.warm_start.batch_tokens=0"], ["model.warm_start.batch_tokens=0 must be an integer >= 1"]),
     "unknown key": (["trainer.max_stepz=3"], ["unknown config key 'trainer.max_stepz'", "max_steps", "--cfg job"]),
     "unknown key appended with +": (["+trainer.max_stepz=3"], ["unknown config key 'trainer.max_stepz'", "max_steps"]),
     "unknown top-level key": (["max_steps=3"], ["unknown config key 'max_steps'", "trainer"]),

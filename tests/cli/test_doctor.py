@@ -29,7 +29,7 @@ def test_doctor_passes_and_names_the_cache_dir_and_wandb_mode(tmp_path):
 
 
 def test_doctor_flags_an_unwritable_cache_dir_and_takes_overrides(tmp_path, capsys):
-    from agentcollapse.cli.doctor import doctor
+    from agentcollapse.run.doctor import doctor
 
     blocker = tmp_path / "a_file"
     blocker.write_text("not a directory")

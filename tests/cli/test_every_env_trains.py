@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from agentcollapse.cli.train import run_training
+from agentcollapse.run import train as run_training
 
 
 @pytest.mark.slow

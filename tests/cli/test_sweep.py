@@ -17,10 +17,24 @@ def test_sweep_grid_writes_one_finished_record_per_trial(cache_dir, tmp_path):
     sweep_dir = tmp_path / "sweep"
     overrides = [o for o in TINY_OVERRIDES if not o.startswith(("trainer=", "logger="))]
     cmd = [
-        sys.executable, "-m", "agentcollapse.cli.main", "train", "-m", "--config-dir", "sweeps", "--config-name", "grid",
-        "env=frozenlake", *overrides, f"cache_dir={cache_dir}", "trainer.max_steps=1", "trainer.val_episodes=2",
-        "rollout.num_prompts=2", "rollout.group_size=2", "algorithm.entropy_coef=0.0", "filter.value=0.9",  # pin two axes: 2 trials
-
+        sys.executable,
+        "-m",
+        "agentcollapse.cli.main",
+        "train",
+        "-m",
+        "--config-dir",
+        "sweeps",
+        "--config-name",
+        "grid",
+        "env=frozenlake",
+        *overrides,
+        f"cache_dir={cache_dir}",
+        "trainer.max_steps=1",
+        "trainer.val_episodes=2",
+        "rollout.num_prompts=2",
+        "rollout.group_size=2",
+        "algorithm.entropy_coef=0.0",
+        "filter.value=0.9",  # pin two axes: 2 trials
         f"hydra.sweep.dir={sweep_dir}",
     ]
     env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}

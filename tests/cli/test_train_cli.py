@@ -49,8 +49,9 @@ def cli_env() -> dict[str, str]:
 
 
 def run(run_dir: Path, cache_dir: str, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    proc = subprocess.run(train_cmd(run_dir, cache_dir, *extra), cwd=run_dir.parent, env=cli_env(), capture_output=True,
-                          text=True, timeout=timeout)
+    proc = subprocess.run(
+        train_cmd(run_dir, cache_dir, *extra), cwd=run_dir.parent, env=cli_env(), capture_output=True, text=True, timeout=timeout
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
 
@@ -153,37 +154,37 @@ def test_sigterm_is_recorded_as_interrupted_and_resumes_exactly(tmp_path, cache_
     pd.testing.assert_frame_equal(metrics(run_dir), reference, check_exact=True)
 
 
-# -- in-process: every way out of run_training leaves a truthful summary -------------------------------
+# -- in-process: every way out of run.train leaves a truthful summary -------------------------------
 
 
 def test_a_failing_run_records_failed_with_the_reason(make_cfg, monkeypatch, tmp_path):
-    from agentcollapse.cli import train
+    from agentcollapse import run
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom in build")
 
-    monkeypatch.setattr(train, "build_trainer", broken)
+    monkeypatch.setattr(run.trainer, "build_trainer", broken)
     cfg = make_cfg("trainer.num_threads=1")
     with pytest.raises(RuntimeError, match="boom in build"):
-        train.run_training(cfg)
+        run.train(cfg)
     s = summary(Path(cfg.run_dir))
     assert s["status"] == "failed" and s["reason"] == "RuntimeError: boom in build"
     assert "boom in build" in s["traceback"]
 
 
 def test_a_signal_during_the_run_records_interrupted(make_cfg, monkeypatch):
-    from agentcollapse.cli import train
+    from agentcollapse import run
 
     def killed(*args, **kwargs):
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(5)  # the handler raises Interrupted before this returns
         raise AssertionError("SIGTERM was not turned into Interrupted")
 
-    monkeypatch.setattr(train, "build_trainer", killed)
+    monkeypatch.setattr(run.trainer, "build_trainer", killed)
     cfg = make_cfg("trainer.num_threads=1")
     previous = signal.getsignal(signal.SIGTERM)
-    with pytest.raises(train.Interrupted) as info:
-        train.run_training(cfg)
+    with pytest.raises(run.Interrupted) as info:
+        run.train(cfg)
     assert info.value.signum == signal.SIGTERM
     assert signal.getsignal(signal.SIGTERM) is previous  # handlers restored
     s = summary(Path(cfg.run_dir))

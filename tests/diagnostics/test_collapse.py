@@ -39,8 +39,15 @@ class WordTokenizer:
 
 def _model() -> LlamaForCausalLM:
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128)
+    cfg = LlamaConfig(
+        vocab_size=50,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+    )
     return LlamaForCausalLM(cfg)
 
 
@@ -52,9 +59,18 @@ def _batch(rewards, blank=()) -> RolloutBatch:
             turns = []
             for t in range(TURNS):
                 think = "" if (p, g, t) in blank else f"w{p} w{g} w{t} w{(p * g + t) % 5}"
-                turns.append(Turn(context_ids=[1, 2 + p] + [9] * t, response_ids=[1], response_text="",
-                                  think=think, answer="Up", format_valid=True, action_is_valid=True,
-                                  reward=float(rewards[p][g]) if t == TURNS - 1 else 0.0))
+                turns.append(
+                    Turn(
+                        context_ids=[1, 2 + p] + [9] * t,
+                        response_ids=[1],
+                        response_text="",
+                        think=think,
+                        answer="Up",
+                        format_valid=True,
+                        action_is_valid=True,
+                        reward=float(rewards[p][g]) if t == TURNS - 1 else 0.0,
+                    )
+                )
             trajs.append(Trajectory(group=p, env_seed=p, turns=turns))
     return RolloutBatch(trajectories=trajs, num_prompts=P, group_size=G)
 

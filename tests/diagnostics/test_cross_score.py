@@ -4,7 +4,6 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentcollapse.diagnostics import cross_score, naive_cross_score
 
-
 VOCAB = 50
 
 
@@ -72,9 +71,7 @@ def test_lora_adapter_cached_matches_naive_and_mode_restored():
 
     contexts, traces = _ragged()
     base_scores = cross_score(_tiny_llama(), contexts, traces, batch_size=3)
-    peft_model = get_peft_model(
-        _tiny_llama(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
-    )
+    peft_model = get_peft_model(_tiny_llama(), LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
     peft_model.train()
     cached = cross_score(peft_model, contexts, traces, batch_size=3)
     assert peft_model.training and all(m.training for m in peft_model.modules())

@@ -7,7 +7,6 @@ import torch
 from agentcollapse.diagnostics import PROXY_KEYS, column_equivalence, proxy_metrics, zscore_with_sigma
 
 
-
 def _lse(xs):
     m = max(xs)
     return m + math.log(sum(math.exp(x - m) for x in xs))
@@ -83,7 +82,9 @@ def test_matches_python_loop(seed, with_equiv):
     zlen = [rnd.randint(1, 40) for _ in range(R)]
     equiv = [rnd.randrange(max(1, C // 2)) for _ in range(C)] if with_equiv else list(range(C))
     got = proxy_metrics(
-        torch.tensor(L), torch.tensor(zlen), torch.tensor(row_col),
+        torch.tensor(L),
+        torch.tensor(zlen),
+        torch.tensor(row_col),
         torch.tensor(equiv) if with_equiv else None,
     )
     ref = _reference(L, zlen, row_col, equiv)

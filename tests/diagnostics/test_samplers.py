@@ -13,8 +13,14 @@ def encode(text: str) -> list[int]:
 
 def _turn(ctx, think):
     return Turn(
-        context_ids=list(ctx), response_ids=[1, 2], response_text=f"<think>{think}</think>",
-        think=think, answer="Up", format_valid=True, action_is_valid=True, reward=0.0,
+        context_ids=list(ctx),
+        response_ids=[1, 2],
+        response_text=f"<think>{think}</think>",
+        think=think,
+        answer="Up",
+        format_valid=True,
+        action_is_valid=True,
+        reward=0.0,
     )
 
 

@@ -3,7 +3,6 @@ import pytest
 from agentcollapse.diagnostics import get_scorer, run_simulation, simulate
 
 
-
 def test_simulate_structure():
     ctx, tr = simulate(4, 3, template_weight=0.0, diversity=1.0, seed=0)
     assert len(ctx) == 4 and all(len(g) == 3 for g in tr)

@@ -26,8 +26,15 @@ from agentcollapse.filtering.strategies import unit_open
 RETURNS = np.array([[1.0, 0.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0], [1.0, 0.0, 0.0, 0.0], [0.1, 0.0, 0.0, 0.0]])
 SUCCESS = (RETURNS >= 1.0).astype(float)
 RV_TOP_P = dict(
-    name="rv_top_p", metric="reward_std", strategy="top_p", value=0.9, include_zero=False,
-    top_p_mode="linear", selection_eps=0.01, loss_scale="none", trajectory_k=0,
+    name="rv_top_p",
+    metric="reward_std",
+    strategy="top_p",
+    value=0.9,
+    include_zero=False,
+    top_p_mode="linear",
+    selection_eps=0.01,
+    loss_scale="none",
+    trajectory_k=0,
 )
 
 
@@ -73,7 +80,9 @@ def test_all_zero_std_keeps_nothing_whatever_the_strategy() -> None:
         assert d.loss_scale == 1.0 and d.metrics["filter/kept_count"] == 0
         assert d.metrics["filter/chosen_rv_mean"] == 0.0 and d.metrics["filter/chosen_in_group_std"] == 0.0
     # a score whose zero is no statement about task signal keeps its pick
-    d = decide(np.zeros((3, 4)), np.zeros((3, 4)), **{**RV_TOP_P, "metric": "reward", "strategy": "top_k_abs", "value": 2, "include_zero": True})
+    d = decide(
+        np.zeros((3, 4)), np.zeros((3, 4)), **{**RV_TOP_P, "metric": "reward", "strategy": "top_k_abs", "value": 2, "include_zero": True}
+    )
     assert d.kept_groups.tolist() == [0, 1]
 
 

@@ -60,22 +60,14 @@ def test_group_scores_match_hand_loop() -> None:
     rng = np.random.default_rng(0)
     vals = rng.normal(size=(5, 4))
     rows = [list(map(float, r)) for r in vals]
-    np.testing.assert_allclose(
-        group_scores(vals, "reward_variance"), [statistics.variance(r) for r in rows]
-    )
-    np.testing.assert_allclose(
-        group_scores(vals, "reward_std"), [statistics.stdev(r) for r in rows]
-    )
+    np.testing.assert_allclose(group_scores(vals, "reward_variance"), [statistics.variance(r) for r in rows])
+    np.testing.assert_allclose(group_scores(vals, "reward_std"), [statistics.stdev(r) for r in rows])
     np.testing.assert_allclose(group_scores(vals, "reward"), [statistics.mean(r) for r in rows])
     np.testing.assert_allclose(group_scores(vals, "entropy"), [statistics.mean(r) for r in rows])
-    np.testing.assert_allclose(
-        group_scores(vals, "entropy_variance"), [statistics.variance(r) for r in rows]
-    )
+    np.testing.assert_allclose(group_scores(vals, "entropy_variance"), [statistics.variance(r) for r in rows])
     np.testing.assert_allclose(group_scores(vals, "length"), [statistics.mean(r) for r in rows])
     np.testing.assert_allclose(group_scores(vals, "reward_sum"), [math.fsum(r) for r in rows])
-    np.testing.assert_allclose(
-        group_scores(vals, "entropy_std"), [statistics.stdev(r) for r in rows]
-    )
+    np.testing.assert_allclose(group_scores(vals, "entropy_std"), [statistics.stdev(r) for r in rows])
 
 
 def test_group_scores_small_hand_values() -> None:
@@ -281,9 +273,7 @@ def test_percentile_range_band_after_zero_exclusion() -> None:
     # Issue 12 (item 6): without include_zero the band is over the 7 non-zero groups
     # 0, 5, 7, 2, 4, 6, 1: Q4 = ranks [round(5.25), 7) = [5, 7).
     assert_kept(select_groups(PR_SCORES, "percentile_range", (0.75, 1.0)), [6, 1])
-    assert_kept(
-        select_groups(PR_SCORES, "percentile_range", (0.75, 1.0), include_zero=True), [1, 3]
-    )
+    assert_kept(select_groups(PR_SCORES, "percentile_range", (0.75, 1.0), include_zero=True), [1, 3])
 
 
 @pytest.mark.parametrize("n", list(range(4, 14)) + [100])
@@ -314,17 +304,13 @@ def test_percentile_range_float_boundaries_partition() -> None:
 # --------------------------------------------------------------------------- all-zero / one group
 
 
-@pytest.mark.parametrize(
-    ("strategy", "value"), [("top_p", 0.9), ("top_k", 0.5), ("top_k_abs", 3), ("min_p", 0.5)]
-)
+@pytest.mark.parametrize(("strategy", "value"), [("top_p", 0.9), ("top_k", 0.5), ("top_k_abs", 3), ("min_p", 0.5)])
 def test_all_zero_gives_empty(strategy: str, value: float) -> None:
     got = select_groups(np.zeros(4), strategy, value)
     assert_kept(got, [])
 
 
-@pytest.mark.parametrize(
-    ("strategy", "value"), [("top_p", 0.9), ("top_k", 0.5), ("top_k_abs", 3), ("min_p", 0.5)]
-)
+@pytest.mark.parametrize(("strategy", "value"), [("top_p", 0.9), ("top_k", 0.5), ("top_k_abs", 3), ("min_p", 0.5)])
 def test_one_nonzero_group(strategy: str, value: float) -> None:
     assert_kept(select_groups(np.array([0.0, 0.0, 0.3, 0.0]), strategy, value), [2])
 

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from agentcollapse import envs
+from agentcollapse.diagnostics import BATCH_KEYS, sampler_prefixes
 from agentcollapse.diagnostics.proxy import PROXY_KEYS
-from agentcollapse.lightning.diagnostics import SAMPLERS, CollapseDiagnostics
-from agentcollapse.lightning.module import TRAIN_SEED_BASE, AgentRLModule
-from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
-from agentcollapse.rollout.context import (
+from agentcollapse.lightning.diagnostics import CollapseDiagnostics
+from agentcollapse.lightning.module import AgentRLModule
+from agentcollapse.models.context import (
     assistant_message,
     encode,
     first_user_message,
@@ -23,8 +23,11 @@ from agentcollapse.rollout.context import (
     next_user_message,
     render_context,
 )
+from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
 from agentcollapse.rollout.runner import collect_rollouts
+from agentcollapse.seeds import TRAIN_SEED_BASE
 
+SAMPLERS = sampler_prefixes()
 EMA_KEYS = ("marginal_std_ema", "marginal_std_seq_ema", "mi_zscore_ema", "mi_zscore_ema_seq")
 RV_KEYS = {"collapse/rv_std_over_mean", "collapse/zero_rv_group_frac"}
 P, G, TURNS = 3, 4, 2
@@ -34,7 +37,7 @@ WORDS = ("the", "goal", "is", "up", "so", "go", "left", "hole", "wall", "ice", "
 
 def _proxy_keys() -> set[str]:
     keys = {f"{s}/{k}" for s in SAMPLERS for k in (*PROXY_KEYS, *EMA_KEYS, "valid_thinking_rate")}
-    return keys | {"collapse/valid_thinking_rate", "perf/collapse_time_s"}
+    return keys | {"collapse/valid_thinking_rate", "perf/collapse_time_s"} | set(BATCH_KEYS)
 
 
 def _think(p: int, g: int, turn: int, salt: int) -> str:
@@ -51,18 +54,28 @@ def _hand_batch(policy, cfg, rewards, salt: int = 0, empty: bool = False) -> Rol
         for g in range(G):
             env = envs.make(cfg.env.name, **dict(cfg.env.kwargs))
             obs = env.reset(TRAIN_SEED_BASE + p)
-            messages = [{"role": "system", "content": env.system_prompt},
-                        {"role": "user", "content": first_user_message(obs)}]
+            messages = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": first_user_message(obs)}]
             traj = Trajectory(group=p, env_seed=TRAIN_SEED_BASE + p)
             for k in range(TURNS):
                 think = "   " if empty else _think(p, g, k, salt)
                 text = format_response(think.strip(), "Right")
                 reward = float(rewards[p][g]) if k == TURNS - 1 else 0.0
-                traj.turns.append(Turn(context_ids=encode(tok, render_context(tok, messages)),
-                                       response_ids=encode(tok, text), response_text=text, think=think,
-                                       answer="Right", format_valid=True, action_is_valid=True, reward=reward))
-                messages = messages + [{"role": "assistant", "content": assistant_message(text)},
-                                       {"role": "user", "content": next_user_message(k + 2, reward, obs)}]
+                traj.turns.append(
+                    Turn(
+                        context_ids=encode(tok, render_context(tok, messages)),
+                        response_ids=encode(tok, text),
+                        response_text=text,
+                        think=think,
+                        answer="Right",
+                        format_valid=True,
+                        action_is_valid=True,
+                        reward=reward,
+                    )
+                )
+                messages = messages + [
+                    {"role": "assistant", "content": assistant_message(text)},
+                    {"role": "user", "content": next_user_message(k + 2, reward, obs)},
+                ]
             trajs.append(traj)
     return RolloutBatch(trajectories=trajs, num_prompts=P, group_size=G)
 
@@ -97,7 +110,7 @@ def test_real_rollout_metrics_present_at_steps_1_and_5_only(make_cfg, tiny_polic
     assert len(batch.trajectories) == P * G
 
     # as generated (the barely trained model mostly leaves the reasoning empty): no crash
-    out = CollapseDiagnostics().on_rollout(module, batch, 1)
+    out = CollapseDiagnostics().on_rollout(module, batch, 1).metrics
     assert 0.0 <= out["collapse/valid_thinking_rate"] <= 1.0
     assert RV_KEYS <= set(out) and "perf/collapse_time_s" in out
 
@@ -107,7 +120,7 @@ def test_real_rollout_metrics_present_at_steps_1_and_5_only(make_cfg, tiny_polic
             turn.think = _think(traj.group, i, k, 0)
     cb = CollapseDiagnostics(compute_freq=5, batch_size=5)  # 12 traces -> ragged scoring batches
     for step, due in ((1, True), (2, False), (5, True)):
-        out = cb.on_rollout(module, batch, step)
+        out = cb.on_rollout(module, batch, step).metrics
         if not due:
             assert set(out) == RV_KEYS
             continue
@@ -126,7 +139,7 @@ def test_real_rollout_metrics_present_at_steps_1_and_5_only(make_cfg, tiny_polic
 
 def test_rv_stats_values(setup, tiny_policy):
     cfg, module = setup
-    out = CollapseDiagnostics().on_rollout(module, _hand_batch(tiny_policy, cfg, REWARDS), 2)
+    out = CollapseDiagnostics().on_rollout(module, _hand_batch(tiny_policy, cfg, REWARDS), 2).metrics
     rv = np.var(np.asarray(REWARDS), axis=1, ddof=1)
     assert out["collapse/zero_rv_group_frac"] == pytest.approx(1 / 3)
     assert out["collapse/rv_std_over_mean"] == pytest.approx(rv.std() / rv.mean())
@@ -137,7 +150,7 @@ def test_ema_and_rng_state_round_trip(setup, tiny_policy):
     first = _hand_batch(tiny_policy, cfg, REWARDS, salt=1)
     second = _hand_batch(tiny_policy, cfg, REWARDS, salt=2)
     cb = CollapseDiagnostics(compute_freq=5, seed=3)
-    out1 = cb.on_rollout(module, first, 1)
+    out1 = cb.on_rollout(module, first, 1).metrics
     state = cb.state_dict()
     # Lightning pickles callback state into the checkpoint
     buf = io.BytesIO()
@@ -146,10 +159,10 @@ def test_ema_and_rng_state_round_trip(setup, tiny_policy):
     loaded_state = torch.load(buf, weights_only=False)
     assert pickle.loads(pickle.dumps(state)) == state
 
-    expected = cb.on_rollout(module, second, 5)
+    expected = cb.on_rollout(module, second, 5).metrics
     reloaded = CollapseDiagnostics(compute_freq=5, seed=99)
     reloaded.load_state_dict(loaded_state)
-    got = reloaded.on_rollout(module, second, 5)
+    got = reloaded.on_rollout(module, second, 5).metrics
     _same(_without_time(expected), _without_time(got))
     assert reloaded.state_dict()["emas"] == cb.state_dict()["emas"]
     assert reloaded.rng.bit_generator.state == cb.rng.bit_generator.state
@@ -168,7 +181,7 @@ def test_weights_and_train_mode_unchanged(setup, tiny_policy):
     flags = [m.training for m in module.modules()]
     before = _snapshot(module)
     grads_enabled = torch.is_grad_enabled()
-    out = CollapseDiagnostics().on_rollout(module, _hand_batch(tiny_policy, cfg, REWARDS), 1)
+    out = CollapseDiagnostics().on_rollout(module, _hand_batch(tiny_policy, cfg, REWARDS), 1).metrics
     assert "collapse_trajectory_sample/mi_estimate" in out
     assert [m.training for m in module.modules()] == flags
     after = _snapshot(module)
@@ -181,7 +194,7 @@ def test_empty_reasoning_gives_zero_valid_rate(setup, tiny_policy):
     cfg, module = setup
     cb = CollapseDiagnostics()
     before = copy.deepcopy(cb.state_dict()["emas"])
-    out = cb.on_rollout(module, _hand_batch(tiny_policy, cfg, REWARDS, empty=True), 1)
+    out = cb.on_rollout(module, _hand_batch(tiny_policy, cfg, REWARDS, empty=True), 1).metrics
     assert out["collapse/valid_thinking_rate"] == 0.0
     for s in SAMPLERS:
         assert out[f"{s}/valid_thinking_rate"] == 0.0

@@ -1,4 +1,5 @@
-"""SNR-aware filtering inside the RL module and the gradient-bucket analysis (METHOD.md sections 4-5).
+"""SNR-aware filtering (the ``SNRFilter`` callback) driving the RL module, and the gradient-bucket
+analysis (METHOD.md sections 4-5).
 
 Real tiny model, real LoRA, hand-built batches with chosen returns (P <= 4, G = 4).
 """
@@ -9,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from agentcollapse.lightning.grad_buckets import GradBucketAnalysis, group_loss_terms
-from agentcollapse.lightning.module import AgentRLModule
+from agentcollapse.lightning import AgentRLModule, GradBucketAnalysis, Selection, SNRFilter
+from agentcollapse.lightning.grad_buckets import group_loss_terms
 from agentcollapse.models.policy import load_policy
 from agentcollapse.records import RunRecorder
 from tests.helpers import attach_to_trainer
@@ -42,14 +43,25 @@ def _fresh_module(make_cfg, *overrides, perturb=False):
     return _attach(AgentRLModule(cfg, policy))
 
 
+def _select(cfg, policy, returns):
+    """(kept groups, trajectory mask, loss scale, metrics) that the filter callback of ``cfg`` returns."""
+    module = AgentRLModule(cfg, policy)
+    result = SNRFilter.from_run_config(cfg).on_rollout(module, _hand_batch(policy, returns), 1)
+    sel = result.selection
+    return sel.groups, sel.trajectory_mask, sel.loss_scale, result.metrics
+
+
+def _everything(batch, scale=1.0):
+    return Selection(np.arange(batch.num_prompts), None, scale)
+
+
 def _same(a, b):
     return a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
 
 
-# -- apply_filter -----------------------------------------------------------------------------------
+# -- the filter callback's selection -----------------------------------------------------------------------------------
 def test_rv_top_p_keeps_the_high_variance_groups(make_cfg, tiny_policy):
-    module = AgentRLModule(make_cfg("filter=rv_top_p", "rollout.num_prompts=4"), tiny_policy)
-    kept, mask, scale, metrics = module.apply_filter(_hand_batch(tiny_policy, RETURNS))
+    kept, mask, scale, metrics = _select(make_cfg("filter=rv_top_p", "rollout.num_prompts=4"), tiny_policy, RETURNS)
     assert kept.tolist() == [0, 2]  # highest RV first; g3's tiny RV is outside the 0.9 mass, g1 has none
     assert mask is None and scale == 1.0
     assert metrics["filter/kept_count"] == 2 and metrics["filter/kept_ratio"] == 0.5
@@ -58,28 +70,24 @@ def test_rv_top_p_keeps_the_high_variance_groups(make_cfg, tiny_policy):
 
 
 def test_rv_top_p_linear_loss_scale_is_the_kept_fraction(make_cfg, tiny_policy):
-    module = AgentRLModule(make_cfg("filter=rv_top_p", "filter.loss_scale=linear"), tiny_policy)
-    _, _, scale, _ = module.apply_filter(_hand_batch(tiny_policy, RETURNS))
+    _, _, scale, _ = _select(make_cfg("filter=rv_top_p", "filter.loss_scale=linear"), tiny_policy, RETURNS)
     assert scale == 0.5
 
 
 def test_filter_none_keeps_every_group(make_cfg, tiny_policy):
-    module = AgentRLModule(make_cfg("filter=none"), tiny_policy)
-    kept, mask, scale, metrics = module.apply_filter(_hand_batch(tiny_policy, RETURNS))
+    kept, mask, scale, metrics = _select(make_cfg("filter=none"), tiny_policy, RETURNS)
     assert kept.tolist() == [0, 1, 2, 3] and mask is None and scale == 1.0
     assert metrics["filter/kept_ratio"] == 1.0
 
 
 @pytest.mark.parametrize("value, expected", [("[0.0,0.25]", [0]), ("[0.25,0.5]", [2]), ("[0.75,1.0]", [1])])
 def test_quartile_keeps_its_quartile(make_cfg, tiny_policy, value, expected):
-    module = AgentRLModule(make_cfg("filter=quartile", f"filter.value={value}"), tiny_policy)
-    kept, mask, _, _ = module.apply_filter(_hand_batch(tiny_policy, RETURNS))
+    kept, mask, _, _ = _select(make_cfg("filter=quartile", f"filter.value={value}"), tiny_policy, RETURNS)
     assert kept.tolist() == expected and mask is None  # RV ranking: g0 > g2 > g3 > g1
 
 
 def test_trajectory_filter_keeps_2k_per_group(make_cfg, tiny_policy):
-    module = AgentRLModule(make_cfg("filter=trajectory", "filter.trajectory_k=1"), tiny_policy)
-    kept, mask, scale, metrics = module.apply_filter(_hand_batch(tiny_policy, RETURNS))
+    kept, mask, scale, metrics = _select(make_cfg("filter=trajectory", "filter.trajectory_k=1"), tiny_policy, RETURNS)
     assert kept.tolist() == [0, 1, 2, 3] and scale == 1.0
     assert mask.shape == (4, 4) and mask.sum(axis=1).tolist() == [2, 2, 2, 2]
     assert mask[0].tolist() == [False, True, True, False]  # bottom-1 = first 0 (idx 1), top-1 = last 1 (idx 2)
@@ -87,8 +95,7 @@ def test_trajectory_filter_keeps_2k_per_group(make_cfg, tiny_policy):
 
 
 def test_rv_top_p_on_equal_rewards_keeps_nothing(make_cfg, tiny_policy):
-    module = AgentRLModule(make_cfg("filter=rv_top_p"), tiny_policy)
-    kept, _, _, metrics = module.apply_filter(_hand_batch(tiny_policy, EQUAL))
+    kept, _, _, metrics = _select(make_cfg("filter=rv_top_p"), tiny_policy, EQUAL)
     assert len(kept) == 0 and metrics["filter/kept_count"] == 0
 
 
@@ -102,7 +109,7 @@ def test_loss_scale_scales_every_term_of_the_gradient(make_cfg, rewards):
     for scale in (1.0, 0.5):
         module = _fresh_module(make_cfg, *overrides, perturb=True)
         batch = _hand_batch(module.policy, rewards)
-        results.append(module.update(batch, np.arange(batch.num_prompts), None, scale))
+        results.append(module.update(batch, _everything(batch, scale)))
     full, half = results
     assert "actor/kl" in full and full["actor/kl"] > 0
     assert full["actor/grad_norm"] > 0
@@ -133,14 +140,15 @@ def test_empty_selection_skips_the_update_and_stops_after_n(make_cfg, tiny_polic
     module = AgentRLModule(cfg, tiny_policy)
     before = _snapshot(module.model)
     batch = _hand_batch(tiny_policy, EQUAL)
-    rows = _drive(monkeypatch, module, [batch] * 4, tmp_path, callbacks=[GradBucketAnalysis(every=1)])
+    snr = SNRFilter.from_run_config(cfg)
+    rows = _drive(monkeypatch, module, [batch] * 4, tmp_path, callbacks=[GradBucketAnalysis(every=1), snr])
     assert [r["step"] for r in rows] == [1.0, 2.0]  # stopped after 2 consecutive empty steps, not at 1
     assert all(r["rollout/empty_after_filter"] == 1.0 and r["filter/kept_count"] == 0 for r in rows)
     assert not any(k.startswith("actor/") for r in rows for k in r)  # no update ran
-    assert module.empty_steps == 2 and module.iteration == 2
+    assert snr.empty_steps == 2 and module.iteration == 2
     assert module.trainer.should_stop and "kept no group for 2 consecutive steps" in module.stop_reason
     assert _same(before, _snapshot(module.model))
-    # The bucket callback ran through the module's on_rollout hook: equal rewards -> no task gradient.
+    # The bucket callback ran through the rollout hook too: equal rewards -> no task gradient.
     assert rows[0]["grad_bucket/0/task_norm"] == 0.0 and rows[0]["grad_bucket/0/reg_norm"] > 0
 
 
@@ -148,10 +156,11 @@ def test_a_non_empty_step_resets_the_empty_count(make_cfg, tiny_policy, monkeypa
     cfg = make_cfg("filter=rv_top_p", "filter.max_empty_steps=2", "trainer.val_every=0", "trainer.max_steps=3")
     module = AgentRLModule(cfg, tiny_policy)
     empty, good = _hand_batch(tiny_policy, EQUAL), _hand_batch(tiny_policy, RETURNS[:3])
-    rows = _drive(monkeypatch, module, [empty, good, empty], tmp_path)
+    snr = SNRFilter.from_run_config(cfg)
+    rows = _drive(monkeypatch, module, [empty, good, empty], tmp_path, callbacks=[snr])
     assert [r["rollout/empty_after_filter"] for r in rows] == [1.0, 0.0, 1.0]
     assert "actor/grad_norm" in rows[1] and "actor/grad_norm" not in rows[2]
-    assert module.empty_steps == 1 and module.iteration == 3 and module.stop_reason == ""
+    assert snr.empty_steps == 1 and module.iteration == 3 and module.stop_reason == ""
 
 
 # -- gradient-bucket analysis -------------------------------------------------------------------------
@@ -164,15 +173,15 @@ def test_grad_bucket_callback_leaves_the_update_bit_identical(make_cfg):
     modes = {n: m.training for n, m in probed.named_modules()}
     rng = torch.get_rng_state()
 
-    metrics = GradBucketAnalysis(every=1).on_rollout(probed, batch, step=1)
+    metrics = GradBucketAnalysis(every=1).on_rollout(probed, batch, step=1).metrics
 
     assert torch.equal(rng, torch.get_rng_state())  # no torch RNG drawn
     assert modes == {n: m.training for n, m in probed.named_modules()}  # train/eval flags restored
     assert all(p.grad is None for p in probed.parameters())  # autograd.grad, not .backward
     assert _same(_snapshot(plain.model), _snapshot(probed.model))
     before = _snapshot(plain.model)
-    out_plain = plain.update(batch, np.arange(4), None, 1.0)
-    out_probed = probed.update(batch, np.arange(4), None, 1.0)
+    out_plain = plain.update(batch, _everything(batch))
+    out_probed = probed.update(batch, _everything(batch))
     assert out_plain["actor/grad_norm"] == out_probed["actor/grad_norm"]
     assert _same(_snapshot(plain.model), _snapshot(probed.model))
     assert not _same(before, _snapshot(plain.model))  # the update did move the weights
@@ -194,23 +203,29 @@ def test_grad_bucket_skips_off_steps_and_empty_buckets(make_cfg, tiny_policy):
     module = AgentRLModule(make_cfg(), tiny_policy)
     batch = _hand_batch(tiny_policy, RETURNS[:2])
     cb = GradBucketAnalysis(every=3)
-    assert cb.on_rollout(module, batch, step=2) == {}
-    metrics = cb.on_rollout(module, batch, step=3)
+    assert cb.on_rollout(module, batch, step=2).metrics == {}
+    metrics = cb.on_rollout(module, batch, step=3).metrics
     assert {k.split("/")[1] for k in metrics if k.startswith("grad_bucket/")} == {"0", "1"}
-    assert GradBucketAnalysis(every=0).on_rollout(module, batch, step=1) == {}
+    assert GradBucketAnalysis(every=0).on_rollout(module, batch, step=1).metrics == {}
 
 
 @pytest.mark.parametrize("algorithm", ["grpo", "dr_grpo"])
 def test_group_loss_terms_reproduce_the_update_gradient(make_cfg, algorithm):
     # task + reg over every group is the update's own objective (scale 1, one epoch), so its gradient
     # norm must equal the pre-clip actor/grad_norm of update() from the same weights.
-    module = _fresh_module(make_cfg, f"algorithm={algorithm}", "algorithm.max_grad_norm=1e9", "algorithm.kl_coef=0.1",
-                           "algorithm.entropy_coef=0.01", perturb=True)
+    module = _fresh_module(
+        make_cfg,
+        f"algorithm={algorithm}",
+        "algorithm.max_grad_norm=1e9",
+        "algorithm.kl_coef=0.1",
+        "algorithm.entropy_coef=0.01",
+        perturb=True,
+    )
     batch = _hand_batch(module.policy, RETURNS)
     params = [p for p in module.model.parameters() if p.requires_grad]
     task, reg = group_loss_terms(module, batch, np.arange(4))
     norm = torch.linalg.vector_norm(torch.stack([g.norm() for g in torch.autograd.grad(task + reg, params)]))
-    metrics = module.update(batch, np.arange(4), None, 1.0)
+    metrics = module.update(batch, _everything(batch))
     assert float(norm) == pytest.approx(metrics["actor/grad_norm"], rel=1e-5)
 
 
@@ -227,9 +242,42 @@ def test_group_loss_terms_match_the_task_term_of_every_algorithm(make_cfg, tiny_
     assert float(group_loss_terms(module, batch, [1])[0].detach()) == 0.0
 
 
-def test_train_wires_the_bucket_callback_only_when_enabled(make_cfg):
-    from agentcollapse.cli.train import _diagnostic_callbacks
+def test_the_callbacks_group_lists_what_watches_and_what_intervenes(make_cfg):
+    from agentcollapse.lightning import CollapseDiagnostics
+    from agentcollapse.run.trainer import build_callbacks
 
-    assert not any(isinstance(c, GradBucketAnalysis) for c in _diagnostic_callbacks(make_cfg()))
-    found = [c for c in _diagnostic_callbacks(make_cfg("diagnostics.grad_buckets_every=3")) if isinstance(c, GradBucketAnalysis)]
+    default = build_callbacks(make_cfg())
+    assert [type(c) for c in default] == [CollapseDiagnostics, SNRFilter]
+    found = [
+        c
+        for c in build_callbacks(make_cfg("callbacks=with_grad_buckets", "diagnostics.grad_buckets_every=3"))
+        if isinstance(c, GradBucketAnalysis)
+    ]
     assert len(found) == 1 and found[0].every == 3
+    assert [type(c) for c in build_callbacks(make_cfg("~callbacks.collapse_diagnostics"))] == [SNRFilter]
+
+
+@pytest.mark.parametrize("preset, metric", [("entropy", "entropy"), ("entropy_variance", "entropy_std"), ("length", "length")])
+def test_entropy_and_length_filters_rank_real_rollouts_by_their_feature(make_cfg, tiny_policy, preset, metric):
+    # A real rollout batch (lengths and entropies differ): the callback computes the per-trajectory
+    # feature from the policy and ranks groups by it exactly as the pure filter does on that feature.
+    from agentcollapse.filtering import group_scores, select_groups
+    from agentcollapse.rollout.runner import collect_rollouts
+
+    cfg = make_cfg(f"filter={preset}", "rollout.num_prompts=4")
+    assert cfg.filter.metric == metric
+    module = AgentRLModule(cfg, tiny_policy)
+    batch, _ = collect_rollouts(tiny_policy, module.make_env, module.train_env_seeds(0), 4, 1.0, 12, sample_seed=3)
+    snr = SNRFilter.from_run_config(cfg)
+    feature = snr.features(module, batch)[metric.split("_")[0]]
+    if metric == "length":
+        expected_feature = [t.response_length for t in batch.trajectories]
+    else:
+        expected_feature = module.trajectory_entropies(batch)
+    assert feature.shape == (4, 4) and np.allclose(feature.reshape(-1), expected_feature)
+    assert feature.std() > 0  # the feature really varies, so the ranking is informative
+    result = snr.on_rollout(module, batch, 1)
+    f = cfg.filter
+    expected = select_groups(group_scores(feature, metric), f.strategy, f.value, f.include_zero, f.top_p_mode, f.selection_eps)
+    assert result.selection.groups.tolist() == expected.tolist()
+    assert result.metrics["filter/kept_count"] == len(expected)

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from agentcollapse.config import algorithm_preset
 from agentcollapse.errors import UserError
-from agentcollapse.lightning.module import AgentRLModule, resolve_algorithm
+from agentcollapse.lightning import AgentRLModule, Selection
 from tests.helpers import attach_to_trainer
 from tests.helpers import hand_batch as _hand_batch
 from tests.helpers import snapshot as _snapshot
@@ -21,7 +22,7 @@ def test_one_training_step_changes_lora_and_leaves_base_bit_identical(make_cfg, 
     module = _module(make_cfg, tiny_policy, "algorithm.kl_coef=0.0", "algorithm.entropy_coef=0.0")
     before = _snapshot(module.model)
     batch = _hand_batch(tiny_policy, [[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]])
-    metrics = module.update(batch, np.arange(2), None, 1.0)
+    metrics = module.update(batch, Selection(np.arange(2), None, 1.0))
     after = _snapshot(module.model)
     lora = [n for n in before if "lora_" in n]
     base = [n for n in before if "lora_" not in n]
@@ -35,7 +36,7 @@ def test_equal_rewards_give_zero_policy_gradient_and_no_nan(make_cfg, tiny_polic
     module = _module(make_cfg, tiny_policy, "algorithm.kl_coef=0.0", "algorithm.entropy_coef=0.0")
     before = _snapshot(module.model)
     batch = _hand_batch(tiny_policy, [[1.0] * 4, [0.0] * 4])
-    metrics = module.update(batch, np.arange(2), None, 1.0)
+    metrics = module.update(batch, Selection(np.arange(2), None, 1.0))
     assert metrics["actor/pg_loss"] == 0.0
     assert metrics["actor/grad_norm"] == 0.0
     assert module.nonfinite_steps == 0
@@ -47,7 +48,7 @@ def test_equal_rewards_give_zero_policy_gradient_and_no_nan(make_cfg, tiny_polic
 def test_every_algorithm_updates_finitely(make_cfg, tiny_policy, algorithm):
     module = _module(make_cfg, tiny_policy, f"algorithm={algorithm}")
     batch = _hand_batch(tiny_policy, [[1.0, 0.0, -0.1, 1.0], [0.0, 0.5, 1.0, 0.0]])
-    metrics = module.update(batch, np.arange(2), None, 1.0)
+    metrics = module.update(batch, Selection(np.arange(2), None, 1.0))
     for key in ("actor/pg_loss", "actor/entropy", "actor/clipfrac", "actor/grad_norm"):
         assert math.isfinite(metrics[key]), key
     assert metrics["actor/entropy"] > 0
@@ -60,9 +61,9 @@ def test_nan_loss_skips_the_step_and_stops_after_n(make_cfg, tiny_policy):
     module.trainer.should_stop = False
     before = _snapshot(module.model)
     batch = _hand_batch(tiny_policy, [[float("nan"), 0.0, 1.0, 0.0], [0.0, 1.0, 0.0, 1.0]])
-    module.update(batch, np.arange(2), None, 1.0)
+    module.update(batch, Selection(np.arange(2), None, 1.0))
     assert module.nonfinite_steps == 1 and not module.trainer.should_stop
-    module.update(batch, np.arange(2), None, 1.0)
+    module.update(batch, Selection(np.arange(2), None, 1.0))
     assert module.trainer.should_stop and "NaN" in module.stop_reason
     after = _snapshot(module.model)
     assert all(torch.equal(before[n], after[n]) for n in before)
@@ -73,22 +74,25 @@ def test_group_size_one_with_grpo_is_a_user_error(make_cfg, tiny_policy):
         AgentRLModule(make_cfg("rollout.group_size=1"), tiny_policy)
 
 
-@pytest.mark.parametrize("override, message", [
-    ("algorithm.kl_coef=-1.0", "kl_coef"),
-    ("algorithm.entropy_coef=nan", "entropy_coef"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("algorithm.kl_coef=-1.0", "kl_coef"),
+        ("algorithm.entropy_coef=nan", "entropy_coef"),
+    ],
+)
 def test_bad_coefficients_are_user_errors(make_cfg, override, message):
     with pytest.raises(UserError, match=message):
-        resolve_algorithm(make_cfg(override))
+        algorithm_preset(make_cfg(override).algorithm)
 
 
 def test_unknown_algorithm_lists_valid_ones(make_cfg):
     cfg = make_cfg()
     cfg.algorithm.name = "reinforce++"
     with pytest.raises(UserError, match="grpo"):
-        resolve_algorithm(cfg)
+        algorithm_preset(cfg.algorithm)
 
 
 def test_presets_are_overridable_field_by_field(make_cfg):
-    algo = resolve_algorithm(make_cfg("algorithm=dapo", "algorithm.kl_coef=0.01"))
+    algo = algorithm_preset(make_cfg("algorithm=dapo", "algorithm.kl_coef=0.01").algorithm)
     assert (algo.clip_low, algo.clip_high, algo.kl_coef) == (0.2, 0.28, 0.01)

@@ -26,20 +26,23 @@ def test_lora_wraps_policy_and_reference_is_adapter_disabled(tiny_policy):
 
 
 def test_missing_model_path(make_cfg):
-    cfg = make_cfg("model.path=/no/such/dir")
+    cfg = make_cfg()
+    cfg.model.path = "/no/such/dir"
     with pytest.raises(UserError, match="does not exist"):
         load_policy(cfg.model, cfg.env, cfg.cache_dir)
 
 
 def test_path_that_is_not_a_causal_lm(make_cfg, tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert", "architectures": ["BertForMaskedLM"]}))
-    cfg = make_cfg(f"model.path={tmp_path}")
+    cfg = make_cfg()
+    cfg.model.path = str(tmp_path)  # past the config's own check: load_policy must refuse it too
     with pytest.raises(UserError, match="not a causal LM"):
         load_policy(cfg.model, cfg.env, cfg.cache_dir)
 
 
 def test_directory_without_config(make_cfg, tmp_path):
-    cfg = make_cfg(f"model.path={tmp_path}")
+    cfg = make_cfg()
+    cfg.model.path = str(tmp_path)
     with pytest.raises(UserError, match="config.json"):
         load_policy(cfg.model, cfg.env, cfg.cache_dir)
 

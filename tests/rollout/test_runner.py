@@ -1,4 +1,3 @@
-
 from agentcollapse import envs
 from agentcollapse.rollout.runner import collect_rollouts, rollout_metrics
 from agentcollapse.rollout.sequences import build_sequences
@@ -6,8 +5,14 @@ from agentcollapse.rollout.sequences import build_sequences
 
 def _roll(policy, batch_size, seed=3, temperature=1.0):
     return collect_rollouts(
-        policy, lambda: envs.make("frozenlake"), [11, 12], group_size=3, temperature=temperature,
-        max_new_tokens=12, sample_seed=seed, generation_batch_size=batch_size,
+        policy,
+        lambda: envs.make("frozenlake"),
+        [11, 12],
+        group_size=3,
+        temperature=temperature,
+        max_new_tokens=12,
+        sample_seed=seed,
+        generation_batch_size=batch_size,
     )[0]
 
 
@@ -37,7 +42,7 @@ def test_turn_spans_and_multi_turn_context(tiny_policy):
             assert nxt.context_ids[: len(prev.context_ids) + len(prev.response_ids)] == prev.context_ids + prev.response_ids
     seqs = build_sequences(batch)
     assert len(seqs.input_ids) == len(batch.trajectories)  # word-level tokens: one sequence per trajectory
-    for ids, mask, t in zip(seqs.input_ids, seqs.loss_mask, seqs.traj_index):
+    for mask, t in zip(seqs.loss_mask, seqs.traj_index):
         assert sum(mask) == sum(len(turn.response_ids) for turn in batch.trajectories[t].turns)
 
 
@@ -48,8 +53,14 @@ def test_invalid_responses_get_format_penalty_not_a_crash(tiny_policy):
             if not turn.action_is_valid:
                 assert turn.reward <= -0.1 + 1e-9 or turn.reward >= 0.9
     metrics = rollout_metrics(batch)
-    for key in ("rollout/success_rate", "rollout/format_valid_rate", "rollout/in_group_reward_std_mean",
-                "rollout/zero_variance_group_frac", "rollout/response_length", "rollout/return_mean"):
+    for key in (
+        "rollout/success_rate",
+        "rollout/format_valid_rate",
+        "rollout/in_group_reward_std_mean",
+        "rollout/zero_variance_group_frac",
+        "rollout/response_length",
+        "rollout/return_mean",
+    ):
         assert key in metrics and metrics[key] == metrics[key]
 
 

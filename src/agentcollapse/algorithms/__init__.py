@@ -1,15 +1,18 @@
-"""Pure RL math on torch tensors: advantages, KL estimators, losses and algorithm presets."""
+"""Pure RL math on torch tensors (the role of verl's ``core_algos``): advantage estimators, KL
+estimators and loss aggregations registered by name, the policy/value losses, the whole objective of
+a micro-batch written once (``objective``), and the algorithm presets."""
 
 from agentcollapse.algorithms.advantages import (
     ADVANTAGE_ESTIMATORS,
     compute_group_advantages,
     dr_grpo_advantages,
     gae_advantages,
-    grpo_advantages,
     group_advantages,
+    grpo_advantages,
     masked_whiten,
+    register_adv_est,
 )
-from agentcollapse.algorithms.kl import KL_ESTIMATORS, kl_penalty
+from agentcollapse.algorithms.kl import KL_ESTIMATORS, kl_penalty, register_kl
 from agentcollapse.algorithms.losses import (
     LOSS_AGG_MODES,
     PolicyLossOutput,
@@ -17,22 +20,24 @@ from agentcollapse.algorithms.losses import (
     entropy_from_logits,
     masked_mean,
     policy_loss,
+    register_loss_agg,
     value_loss,
 )
+from agentcollapse.algorithms.objective import ObjectiveTerms, micro_batch_weight, rl_objective
 from agentcollapse.algorithms.presets import (
-    ADVANTAGE_KINDS,
     PRESETS,
     AlgorithmPreset,
+    advantage_kinds,
     get_preset,
 )
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
-    "ADVANTAGE_KINDS",
     "KL_ESTIMATORS",
     "LOSS_AGG_MODES",
     "PRESETS",
     "AlgorithmPreset",
+    "ObjectiveTerms",
     "PolicyLossOutput",
     "aggregate_loss",
     "compute_group_advantages",
@@ -45,6 +50,12 @@ __all__ = [
     "kl_penalty",
     "masked_mean",
     "masked_whiten",
+    "micro_batch_weight",
+    "rl_objective",
     "policy_loss",
+    "register_adv_est",
+    "register_kl",
+    "register_loss_agg",
+    "advantage_kinds",
     "value_loss",
 ]

@@ -6,10 +6,10 @@ nothing here needs gradients. See METHOD.md section 6.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import Tensor
+
+from agentcollapse.registry import Registry
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -19,9 +19,16 @@ __all__ = [
     "grpo_advantages",
     "group_advantages",
     "masked_whiten",
+    "register_adv_est",
 ]
 
+ADVANTAGE_ESTIMATORS: Registry = Registry("advantage estimator")
+"""Group-based estimators ``f(returns[P, G]) -> advantages[P, G]``; add one with ``@register_adv_est``.
+GAE (PPO) is token-level, needs a critic and lives apart (``gae_advantages``)."""
+register_adv_est = ADVANTAGE_ESTIMATORS.register
 
+
+@register_adv_est("grpo")
 def grpo_advantages(returns: Tensor, eps: float = 1e-6, normalize_std: bool = True) -> Tensor:
     """Group-normalised advantages A = (R - mean_g) / (std_g + eps) for ``returns[P, G]``.
 
@@ -41,27 +48,23 @@ def grpo_advantages(returns: Tensor, eps: float = 1e-6, normalize_std: bool = Tr
         std = returns.std(dim=-1, correction=1, keepdim=True)
         adv = adv / (std + eps)
     # Constant groups: force exact zeros (the float mean can differ from R by one ulp).
-    constant = (returns.amax(dim=-1, keepdim=True) == returns.amin(dim=-1, keepdim=True))
+    constant = returns.amax(dim=-1, keepdim=True) == returns.amin(dim=-1, keepdim=True)
     return torch.where(constant, torch.zeros_like(adv), adv)
 
 
+@register_adv_est("dr_grpo")
 def dr_grpo_advantages(returns: Tensor) -> Tensor:
     """Dr. GRPO advantages for ``returns[P, G]``: R - mean_g, no division by the group std
     (Liu et al. 2025, "Understanding R1-Zero-Like Training")."""
     return grpo_advantages(returns, normalize_std=False)
 
 
-def group_advantages(
-    returns: Tensor, group_ids: Tensor, eps: float = 1e-6, normalize_std: bool = True
-) -> Tensor:
+def group_advantages(returns: Tensor, group_ids: Tensor, eps: float = 1e-6, normalize_std: bool = True) -> Tensor:
     """Flat form of :func:`grpo_advantages` for ragged groups: ``returns[N]`` with ``group_ids[N]``
     (long; any values, need not be contiguous). Same per-group math: unbiased std, size-1 groups
     and constant groups give exactly 0, ``normalize_std=False`` gives Dr. GRPO."""
     if returns.dim() != 1 or group_ids.shape != returns.shape:
-        raise ValueError(
-            f"returns and group_ids must both be [N]; got {tuple(returns.shape)} and "
-            f"{tuple(group_ids.shape)}"
-        )
+        raise ValueError(f"returns and group_ids must both be [N]; got {tuple(returns.shape)} and {tuple(group_ids.shape)}")
     if returns.numel() == 0:
         return torch.zeros_like(returns)
     _, inv = torch.unique(group_ids, return_inverse=True)
@@ -80,9 +83,7 @@ def group_advantages(
     return torch.where(zero_group[inv], torch.zeros_like(adv), adv)
 
 
-def gae_advantages(
-    rewards: Tensor, values: Tensor, mask: Tensor, gamma: float = 1.0, lam: float = 1.0
-) -> tuple[Tensor, Tensor]:
+def gae_advantages(rewards: Tensor, values: Tensor, mask: Tensor, gamma: float = 1.0, lam: float = 1.0) -> tuple[Tensor, Tensor]:
     """Generalised advantage estimation over the valid (mask==1) tokens of ``[B, T]`` tensors.
 
     Masked positions (prompt/observation tokens between turns in a multi-turn trajectory) are
@@ -94,8 +95,7 @@ def gae_advantages(
     """
     if not (rewards.shape == values.shape == mask.shape) or rewards.dim() != 2:
         raise ValueError(
-            "rewards, values and mask must share one [B, T] shape; got "
-            f"{tuple(rewards.shape)}, {tuple(values.shape)}, {tuple(mask.shape)}"
+            f"rewards, values and mask must share one [B, T] shape; got {tuple(rewards.shape)}, {tuple(values.shape)}, {tuple(mask.shape)}"
         )
     m = mask.to(rewards.dtype)
     B, T = rewards.shape
@@ -130,19 +130,6 @@ def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float =
     return whitened * m
 
 
-ADVANTAGE_ESTIMATORS: dict[str, Callable[[Tensor], Tensor]] = {
-    "grpo": grpo_advantages,
-    "dr_grpo": dr_grpo_advantages,
-}
-"""Group-based estimators, each taking ``returns[P, G]``. GAE is token-level and lives apart."""
-
-
 def compute_group_advantages(name: str, returns: Tensor) -> Tensor:
-    """Run the group-based estimator ``name`` (a key of ADVANTAGE_ESTIMATORS) on ``returns[P, G]``."""
-    try:
-        fn = ADVANTAGE_ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; valid: {sorted(ADVANTAGE_ESTIMATORS)}"
-        ) from None
-    return fn(returns)
+    """Run the group-based estimator ``name`` (registered in ADVANTAGE_ESTIMATORS) on ``returns[P, G]``."""
+    return ADVANTAGE_ESTIMATORS.get(name)(returns)

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from agentcollapse.registry import Registry
+
 __all__ = [
     "LOSS_AGG_MODES",
     "PolicyLossOutput",
@@ -14,15 +16,38 @@ __all__ = [
     "entropy_from_logits",
     "masked_mean",
     "policy_loss",
+    "register_loss_agg",
     "value_loss",
 ]
 
-LOSS_AGG_MODES: tuple[str, ...] = (
-    "token-mean",
-    "seq-mean-token-mean",
-    "seq-mean-token-sum",
-    "seq-mean-token-sum-norm",
-)
+LOSS_AGG_MODES: Registry = Registry("loss aggregation mode")
+"""name -> ``f(masked_loss [B, T], mask as float [B, T], norm_length) -> scalar``; add one with
+``@register_loss_agg``. Every mode sees at least one valid token (the empty case is handled once)."""
+register_loss_agg = LOSS_AGG_MODES.register
+
+
+@register_loss_agg("token-mean")
+def _token_mean(masked: Tensor, m: Tensor, norm_length: int | None) -> Tensor:
+    return masked.sum() / m.sum()
+
+
+@register_loss_agg("seq-mean-token-mean")
+def _seq_mean_token_mean(masked: Tensor, m: Tensor, norm_length: int | None) -> Tensor:
+    tokens = m.sum(dim=-1)
+    return (masked.sum(dim=-1) / tokens.clamp(min=1))[tokens > 0].mean()
+
+
+@register_loss_agg("seq-mean-token-sum")
+def _seq_mean_token_sum(masked: Tensor, m: Tensor, norm_length: int | None) -> Tensor:
+    return masked.sum(dim=-1)[m.sum(dim=-1) > 0].mean()
+
+
+@register_loss_agg("seq-mean-token-sum-norm")
+def _seq_mean_token_sum_norm(masked: Tensor, m: Tensor, norm_length: int | None) -> Tensor:
+    length = m.shape[-1] if norm_length is None else norm_length
+    if length <= 0:
+        raise ValueError(f"norm_length must be positive, got {length}")
+    return masked.sum() / length
 
 
 def _masked(x: Tensor, mask: Tensor) -> Tensor:
@@ -38,9 +63,7 @@ def masked_mean(x: Tensor, mask: Tensor) -> Tensor:
     return total / n if n > 0 else total
 
 
-def aggregate_loss(
-    loss_mat: Tensor, mask: Tensor, mode: str, norm_length: int | None = None
-) -> Tensor:
+def aggregate_loss(loss_mat: Tensor, mask: Tensor, mode: str, norm_length: int | None = None) -> Tensor:
     """Reduce a per-token loss ``[B, T]`` to a scalar over the valid (mask==1) tokens.
 
     - ``token-mean``: sum(loss*mask) / sum(mask); every token weighs the same (verl default, DAPO).
@@ -54,32 +77,14 @@ def aggregate_loss(
 
     With no valid token at all it returns a differentiable 0, never NaN.
     """
-    if mode not in LOSS_AGG_MODES:
-        raise ValueError(f"unknown loss aggregation mode {mode!r}; valid: {list(LOSS_AGG_MODES)}")
+    aggregate = LOSS_AGG_MODES.get(mode)
     if loss_mat.shape != mask.shape:
-        raise ValueError(
-            f"loss_mat and mask shapes differ: {tuple(loss_mat.shape)} vs {tuple(mask.shape)}"
-        )
+        raise ValueError(f"loss_mat and mask shapes differ: {tuple(loss_mat.shape)} vs {tuple(mask.shape)}")
     masked = _masked(loss_mat, mask)
     m = mask.to(loss_mat.dtype)
-    zero = masked.sum() * 0.0
     if m.sum() == 0:
-        return zero
-    if mode == "token-mean":
-        return masked.sum() / m.sum()
-    if mode == "seq-mean-token-sum-norm":
-        length = mask.shape[-1] if norm_length is None else norm_length
-        if length <= 0:
-            raise ValueError(f"norm_length must be positive, got {length}")
-        return masked.sum() / length
-    tokens = m.sum(dim=-1)
-    seq_sum = masked.sum(dim=-1)
-    has_tokens = tokens > 0
-    if mode == "seq-mean-token-mean":
-        per_seq = seq_sum / tokens.clamp(min=1)
-    else:  # seq-mean-token-sum
-        per_seq = seq_sum
-    return per_seq[has_tokens].mean()
+        return masked.sum() * 0.0
+    return aggregate(masked, m, norm_length)
 
 
 @dataclass

@@ -5,12 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from agentcollapse.algorithms.advantages import ADVANTAGE_ESTIMATORS
 from agentcollapse.algorithms.kl import KL_ESTIMATORS
 from agentcollapse.algorithms.losses import LOSS_AGG_MODES
 
-__all__ = ["ADVANTAGE_KINDS", "PRESETS", "AlgorithmPreset", "get_preset"]
+__all__ = ["PRESETS", "AlgorithmPreset", "advantage_kinds", "get_preset"]
 
-ADVANTAGE_KINDS: tuple[str, ...] = ("grpo", "dr_grpo", "gae")
+TOKEN_LEVEL_ADVANTAGE = "gae"  # PPO's critic-based advantage; every other kind is a registered group estimator
+
+
+def advantage_kinds() -> tuple[str, ...]:
+    """Every valid ``advantage``: the registered group estimators, then GAE."""
+    return (*ADVANTAGE_ESTIMATORS.names(), TOKEN_LEVEL_ADVANTAGE)
 
 
 @dataclass(frozen=True)
@@ -19,7 +25,7 @@ class AlgorithmPreset:
     regularisers, and whether a critic (GAE) is trained. Validated on construction."""
 
     name: str
-    advantage: str  # "grpo" | "dr_grpo" | "gae"
+    advantage: str  # a registered group estimator ("grpo", "dr_grpo") or "gae" (critic)
     loss_agg_mode: str
     clip_low: float
     clip_high: float
@@ -33,13 +39,13 @@ class AlgorithmPreset:
     lam: float
 
     def __post_init__(self) -> None:
-        if self.advantage not in ADVANTAGE_KINDS:
-            raise ValueError(f"advantage {self.advantage!r} not in {list(ADVANTAGE_KINDS)}")
+        if self.advantage not in advantage_kinds():
+            raise ValueError(f"advantage {self.advantage!r} not in {list(advantage_kinds())}")
         if self.loss_agg_mode not in LOSS_AGG_MODES:
             raise ValueError(f"loss_agg_mode {self.loss_agg_mode!r} not in {list(LOSS_AGG_MODES)}")
         if self.kl_estimator not in KL_ESTIMATORS:
             raise ValueError(f"kl_estimator {self.kl_estimator!r} not in {list(KL_ESTIMATORS)}")
-        if self.use_critic != (self.advantage == "gae"):
+        if self.use_critic != (self.advantage == TOKEN_LEVEL_ADVANTAGE):
             raise ValueError("use_critic must be True exactly when advantage is 'gae'")
         if not (0 <= self.clip_low < 1 and self.clip_high >= 0):
             raise ValueError(f"bad clip range ({self.clip_low}, {self.clip_high})")
@@ -61,36 +67,48 @@ PRESETS: dict[str, AlgorithmPreset] = {
         name="grpo",
         advantage="grpo",  # Shao et al. 2024 (DeepSeekMath): (R - mean) / std within the group
         loss_agg_mode="token-mean",  # verl/RAGEN default (the GRPO paper uses seq-mean-token-mean)
-        clip_low=0.2, clip_high=0.2,  # PPO/GRPO symmetric clip epsilon 0.2
+        clip_low=0.2,
+        clip_high=0.2,  # PPO/GRPO symmetric clip epsilon 0.2
         kl_coef=0.001,  # RAGEN/verl GRPO example: kl_loss_coef 0.001 with low_var_kl
-        use_critic=False, gamma=1.0, lam=1.0,  # no critic; gamma/lam unused
+        use_critic=False,
+        gamma=1.0,
+        lam=1.0,  # no critic; gamma/lam unused
         **_COMMON,
     ),
     "dr_grpo": AlgorithmPreset(
         name="dr_grpo",
         advantage="dr_grpo",  # Liu et al. 2025 (Dr. GRPO): mean-centred, no std division
         loss_agg_mode="seq-mean-token-sum-norm",  # Dr. GRPO: constant normaliser, no 1/|o| bias
-        clip_low=0.2, clip_high=0.2,  # Dr. GRPO keeps PPO's symmetric clip 0.2
+        clip_low=0.2,
+        clip_high=0.2,  # Dr. GRPO keeps PPO's symmetric clip 0.2
         kl_coef=0.0,  # Dr. GRPO drops the KL term (verl recipe: use_kl_loss=False)
-        use_critic=False, gamma=1.0, lam=1.0,  # no critic; gamma/lam unused
+        use_critic=False,
+        gamma=1.0,
+        lam=1.0,  # no critic; gamma/lam unused
         **_COMMON,
     ),
     "dapo": AlgorithmPreset(
         name="dapo",
         advantage="grpo",  # Yu et al. 2025 (DAPO): group-normalised advantages as in GRPO
         loss_agg_mode="token-mean",  # DAPO: token-level policy-gradient loss
-        clip_low=0.2, clip_high=0.28,  # DAPO clip-higher: eps_low 0.2, eps_high 0.28
+        clip_low=0.2,
+        clip_high=0.28,  # DAPO clip-higher: eps_low 0.2, eps_high 0.28
         kl_coef=0.0,  # DAPO removes the KL penalty
-        use_critic=False, gamma=1.0, lam=1.0,  # no critic; gamma/lam unused
+        use_critic=False,
+        gamma=1.0,
+        lam=1.0,  # no critic; gamma/lam unused
         **_COMMON,
     ),
     "ppo": AlgorithmPreset(
         name="ppo",
         advantage="gae",  # Schulman et al. 2017: critic + GAE
         loss_agg_mode="token-mean",  # verl/RAGEN default aggregation
-        clip_low=0.2, clip_high=0.2,  # PPO clip epsilon 0.2
+        clip_low=0.2,
+        clip_high=0.2,  # PPO clip epsilon 0.2
         kl_coef=0.001,  # RAGEN default kl_loss_coef 0.001 (low_var_kl)
-        use_critic=True, gamma=1.0, lam=1.0,  # METHOD.md section 6: GAE with gamma = lambda = 1
+        use_critic=True,
+        gamma=1.0,
+        lam=1.0,  # METHOD.md section 6: GAE with gamma = lambda = 1
         **_COMMON,
     ),
 }

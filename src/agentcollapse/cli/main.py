@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
 
             mi_check(rest)
         elif command == "doctor":
-            from agentcollapse.cli.doctor import doctor
+            from agentcollapse.run.doctor import doctor
 
             sys.exit(doctor(rest))
         else:

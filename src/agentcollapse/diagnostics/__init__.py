@@ -23,6 +23,7 @@ from .samplers import (
     register_sampler,
     sampler_names,
     sampler_prefix,
+    sampler_prefixes,
     trajectory_sample,
 )
 from .simulator import SimulatorScorer, get_scorer, run_simulation, simulate
@@ -51,6 +52,7 @@ __all__ = [
     "register_sampler",
     "sampler_names",
     "sampler_prefix",
+    "sampler_prefixes",
     "trajectory_sample",
     "SimulatorScorer",
     "get_scorer",

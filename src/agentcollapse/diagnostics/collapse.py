@@ -27,8 +27,8 @@ from agentcollapse.diagnostics.ema import ProxyEMAState
 from agentcollapse.diagnostics.proxy import column_equivalence, proxy_metrics
 from agentcollapse.diagnostics.samplers import get_sampler, reasoning_ids, sampler_names, sampler_prefix
 from agentcollapse.filtering import group_scores, rv_std_over_mean
-from agentcollapse.rollout.batch import RolloutBatch
 from agentcollapse.models.context import encode
+from agentcollapse.rollout.batch import RolloutBatch
 
 __all__ = [
     "BATCH_KEYS",

@@ -15,11 +15,20 @@ logit at the context's last token. An empty trace scores 0. Contexts must be non
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import torch
+
+from agentcollapse.models.hf import (
+    base_model,
+    cache_from_layers,
+    cache_kwarg,
+    eval_no_grad,
+    forward_params,
+    layer_tensors,
+    model_device,
+    output_cache,
+)
 
 __all__ = ["cross_score", "naive_cross_score"]
 
@@ -31,55 +40,8 @@ _PAIRS_PER_BLOCK = 8
 
 
 # ----------------------------------------------------------------------------------------------
-# shared helpers
+# helpers
 # ----------------------------------------------------------------------------------------------
-
-
-def _base_model(model: torch.nn.Module) -> torch.nn.Module:
-    """The underlying transformers model (unwraps a peft PeftModel)."""
-    get_base = getattr(model, "get_base_model", None)
-    return get_base() if callable(get_base) else model
-
-
-def _forward_params(model: torch.nn.Module) -> set[str]:
-    try:
-        return set(inspect.signature(_base_model(model).forward).parameters)
-    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
-        return set()
-
-
-def _cache_kwarg(params: set[str]) -> str:
-    """transformers >= 5.x calls the cache argument ``cache``; older versions ``past_key_values``."""
-    return "cache" if "cache" in params else "past_key_values"
-
-
-def _model_device(model: torch.nn.Module) -> torch.device:
-    try:
-        return next(model.parameters()).device
-    except StopIteration:  # pragma: no cover
-        return torch.device("cpu")
-
-
-def _output_cache(out):
-    cache = getattr(out, "cache", None)
-    if cache is None:
-        cache = getattr(out, "past_key_values", None)
-    if cache is None:
-        raise RuntimeError("model returned no key/value cache although use_cache=True was passed")
-    return cache
-
-
-@contextmanager
-def _eval_no_grad(model: torch.nn.Module) -> Iterator[None]:
-    """Eval mode + no_grad for the duration; every submodule's training flag is restored after."""
-    flags = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        for m, was_training in flags:
-            m.training = was_training
 
 
 def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -119,56 +81,13 @@ def _unique_contexts(contexts: Sequence[Sequence[int]]) -> tuple[list[list[int]]
 # ----------------------------------------------------------------------------------------------
 
 
-def _layer_tensors(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per-layer (keys, values) of a filled cache, shapes [1, heads, len, head_dim]."""
-    if hasattr(cache, "layers"):  # transformers >= 4.56 / 5.x
-        return [(layer.keys, layer.values) for layer in cache.layers]
-    if hasattr(cache, "key_cache"):  # pragma: no cover - older DynamicCache
-        return list(zip(cache.key_cache, cache.value_cache))
-    return [(k, v) for k, v, *_ in cache]  # pragma: no cover - legacy tuples
-
-
-def _cache_from(layers: list[tuple[torch.Tensor, torch.Tensor]], config):
-    """A DynamicCache whose layers hold the given keys/values ``[B, heads, len, head_dim]`` without a copy.
-
-    The forward grows each layer with ``torch.cat`` (new storage), so the given tensors are never
-    written to. Where the cache layout is not the expected one, falls back to the public constructor
-    (which copies the tensors once).
-    """
-    from transformers import DynamicCache
-
-    cache = None
-    if config is not None:
-        try:
-            cache = DynamicCache(config=config)
-        except (TypeError, ValueError, AttributeError):  # pragma: no cover - config-less fallback
-            cache = None
-    try:
-        if cache is not None and len(getattr(cache, "layers", ())) == len(layers):
-            for layer, (k, v) in zip(cache.layers, layers):
-                if type(layer).__name__ != "DynamicLayer":  # sliding windows etc.: use the public path
-                    raise TypeError
-            for layer, (k, v) in zip(cache.layers, layers):
-                layer.lazy_initialization(k, v)
-                layer.keys, layer.values = k, v
-            return cache
-    except (TypeError, AttributeError):  # pragma: no cover - other transformers versions
-        pass
-    if config is not None:
-        try:
-            return DynamicCache(layers, config=config)
-        except (TypeError, ValueError, AttributeError):  # pragma: no cover
-            pass
-    return DynamicCache(layers)
-
-
 def _prefix_cache(model, ctx: list[int], device: torch.device, keep_last: dict) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
     """Per-layer keys/values ``[1, heads, len(ctx) - 1, head_dim]`` of ``ctx[:-1]`` (None when that is empty)."""
     if len(ctx) < 2:
         return None
     ids = torch.tensor([ctx[:-1]], dtype=torch.long, device=device)
     out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, **keep_last)
-    return [(k.detach(), v.detach()) for k, v in _layer_tensors(_output_cache(out))]
+    return [(k.detach(), v.detach()) for k, v in layer_tensors(output_cache(out))]
 
 
 def _stack_block(caches: list[list[tuple[torch.Tensor, torch.Tensor]] | None]) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
@@ -244,11 +163,11 @@ def cross_score(
     if n_rows == 0 or n_cols == 0:
         return result
 
-    device = _model_device(model)
-    params = _forward_params(model)
-    cache_kw = _cache_kwarg(params)
+    device = model_device(model)
+    params = forward_params(model)
+    cache_kw = cache_kwarg(params)
     keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
-    config = getattr(_base_model(model), "config", None)
+    config = getattr(base_model(model), "config", None)
     uniq, col_to_uniq = _unique_contexts(contexts)
     uniq_scores = torch.zeros((n_rows, len(uniq)), dtype=torch.float32)
     rows = [r for r in range(n_rows) if len(traces[r]) > 0]  # empty traces score 0
@@ -260,7 +179,7 @@ def cross_score(
     # sorted by length) and that its caches stay within batch_size contexts.
     block_size = min(batch_size, max(1, -(-_PAIRS_PER_BLOCK * batch_size // max(1, len(rows)))))
 
-    with _eval_no_grad(model):
+    with eval_no_grad(model):
         for b0 in range(0, len(ctx_order) if rows else 0, block_size):
             block = ctx_order[b0 : b0 + block_size]
             stacked = _stack_block([_prefix_cache(model, uniq[u], device, keep_last) for u in block])
@@ -291,7 +210,7 @@ def cross_score(
                 if n_ctx_max > 0 and stacked is not None:
                     runs = _runs([p[2] for p in chunk])  # chunk rows are grouped by context
                     layers = [(_gather_rows(k, runs, n_ctx_max), _gather_rows(v, runs, n_ctx_max)) for k, v in stacked]
-                    kwargs[cache_kw] = _cache_from(layers, config)
+                    kwargs[cache_kw] = cache_from_layers(layers, config)
                     attn = torch.cat([cmask.to(device), tmask], dim=1)
                     del layers
                 logits = model(input_ids=inp, attention_mask=attn, position_ids=pos, use_cache=True, **kwargs).logits
@@ -322,8 +241,8 @@ def naive_cross_score(
     result = torch.zeros((n_rows, n_cols), dtype=torch.float32)
     if n_rows == 0 or n_cols == 0:
         return result
-    device = _model_device(model)
-    with _eval_no_grad(model):
+    device = model_device(model)
+    with eval_no_grad(model):
         for c, ctx in enumerate(contexts):
             for r, tr in enumerate(traces):
                 if len(tr) == 0:

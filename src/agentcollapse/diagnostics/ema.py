@@ -9,11 +9,12 @@ one EMA per sampler and per version, updated only on steps where the proxy is co
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 
-from .proxy import _prepare, _matched_marginal, _zscore, proxy_metrics
+from .proxy import _matched_marginal, _prepare, _zscore, proxy_metrics
 
 __all__ = ["EMA", "ProxyEMAState"]
 

@@ -27,7 +27,7 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from agentcollapse.filtering.registry import Registry
+from agentcollapse.registry import Registry
 from agentcollapse.rollout.batch import RolloutBatch, Turn
 
 __all__ = [
@@ -99,6 +99,11 @@ def get_sampler(name: str) -> SamplerSpec:
 def sampler_prefix(name: str) -> str:
     """The metric namespace of sampler ``name``: ``collapse_<name>_sample``."""
     return f"collapse_{name}_sample"
+
+
+def sampler_prefixes() -> tuple[str, ...]:
+    """Every registered sampler's metric namespace, in the order they run."""
+    return tuple(sampler_prefix(name) for name in sampler_names())
 
 
 def reasoning_ids(turn: Turn, encode_think: EncodeFn) -> list[int]:

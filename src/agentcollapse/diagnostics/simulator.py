@@ -93,9 +93,7 @@ def _context_text(state: list[tuple[int, int]]) -> str:
     return " ".join(parts)
 
 
-def _trace_text(
-    state: list[tuple[int, int]], template_weight: float, num_syn: int, rng: np.random.Generator
-) -> str:
+def _trace_text(state: list[tuple[int, int]], template_weight: float, num_syn: int, rng: np.random.Generator) -> str:
     template = bool(rng.random() < template_weight)
     words: list[str] = []
     for ent, (r, c) in zip(ENTITIES, state):
@@ -106,9 +104,7 @@ def _trace_text(
     return " ".join(words)
 
 
-def simulate(
-    num_prompts: int, group_size: int, template_weight: float, diversity: float, seed: int
-) -> tuple[list[str], list[list[str]]]:
+def simulate(num_prompts: int, group_size: int, template_weight: float, diversity: float, seed: int) -> tuple[list[str], list[list[str]]]:
     """``num_prompts`` prompt texts and, per prompt, ``group_size`` reasoning traces (``traces[p][g]``)."""
     if not 0.0 <= template_weight <= 1.0:
         raise ValueError("template_weight must be in [0, 1]")
@@ -188,9 +184,7 @@ class SimulatorScorer:
         num_syn = _num_synonyms(self.diversity)
         model = self.model
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
-        sched = torch.optim.lr_scheduler.LambdaLR(
-            opt, lambda s: min(1.0, (s + 1) / 20) * max(0.05, 1.0 - s / max(1, steps))
-        )
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20) * max(0.05, 1.0 - s / max(1, steps)))
         model.train()
         for _ in range(steps):
             seqs, n_ctx = [], 0
@@ -220,7 +214,7 @@ class SimulatorScorer:
             if len(group) != group_size:
                 raise ValueError("every prompt needs the same number of traces")
             ctx_ids = self.encode(ctx)
-            for g, z in enumerate(group):
+            for z in group:
                 turn = Turn(
                     context_ids=ctx_ids,
                     response_ids=self.encode(z),

@@ -2,33 +2,29 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from agentcollapse.envs.base import TextEnv
 from agentcollapse.errors import UserError
+from agentcollapse.registry import Registry
 
-_REGISTRY: dict[str, Callable[..., TextEnv]] = {}
-
-
-def register(name: str) -> Callable[[type[TextEnv]], type[TextEnv]]:
-    def wrap(cls: type[TextEnv]) -> type[TextEnv]:
-        _REGISTRY[name] = cls
-        return cls
-
-    return wrap
+ENVS: Registry[Callable[..., TextEnv]] = Registry("env")
+"""name -> env class; add one with ``@register("name")`` on a :class:`TextEnv` subclass."""
+register = ENVS.register
 
 
 def available() -> list[str]:
     _load_builtin()
-    return sorted(_REGISTRY)
+    return sorted(ENVS)
 
 
 def make(name: str, **cfg: Any) -> TextEnv:
     _load_builtin()
-    if name not in _REGISTRY:
-        raise UserError(f"unknown env {name!r}; valid envs: {', '.join(sorted(_REGISTRY))} (e.g. ENV=frozenlake)")
+    if name not in ENVS:
+        raise UserError(f"unknown env {name!r}; valid envs: {', '.join(sorted(ENVS))} (e.g. ENV=frozenlake)")
     try:
-        return _REGISTRY[name](**cfg)
+        return ENVS.get(name)(**cfg)
     except TypeError as exc:
         raise UserError(f"bad settings for env {name!r}: {exc}") from None
 
@@ -45,4 +41,4 @@ def _load_builtin() -> None:
                 raise
 
 
-__all__ = ["TextEnv", "make", "register", "available"]
+__all__ = ["ENVS", "TextEnv", "make", "register", "available"]

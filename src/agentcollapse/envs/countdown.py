@@ -40,7 +40,7 @@ SUCCESS_REWARD = 1.0
 USES_NUMBERS_REWARD = 0.1
 
 # A parsed expression tree: an int leaf or (op, left, right).
-Node = Union[int, tuple[str, "Node", "Node"]]
+Node = Union[int, tuple[str, "Node", "Node"]]  # noqa: UP007 (a runtime alias: "Node" is a forward reference)
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
 _TOKEN = re.compile(r"\s*(?:([0-9]+)|([-+*/()]))")
 _TARGET_CLAIM = re.compile(r"(?:target|need|reach) (\d+)")
@@ -273,9 +273,7 @@ class CountdownEnv(SingleAnswerEnv):
     def __init__(self, min_numbers: int = 3, max_numbers: int = 4, max_number: int = 10, max_target: int = 100) -> None:
         super().__init__()
         if not 2 <= min_numbers <= max_numbers <= 5:
-            raise UserError(
-                f"env.kwargs min_numbers={min_numbers}, max_numbers={max_numbers} must satisfy 2 <= min <= max <= 5"
-            )
+            raise UserError(f"env.kwargs min_numbers={min_numbers}, max_numbers={max_numbers} must satisfy 2 <= min <= max <= 5")
         if max_number < 2 or max_target < 1:
             raise UserError(f"env.kwargs max_number={max_number} must be >= 2 and max_target={max_target} >= 1")
         self.min_numbers, self.max_numbers = int(min_numbers), int(max_numbers)
@@ -353,7 +351,11 @@ class CountdownEnv(SingleAnswerEnv):
                 tree = self._wrong_tree(rng)
         nums = " , ".join(map(str, self.numbers))
         opening = rng.choice(
-            (f"I need {self.target} from {nums} .", f"Numbers {nums} , target {self.target} .", f"With {nums} I want to reach {self.target} .")
+            (
+                f"I need {self.target} from {nums} .",
+                f"Numbers {nums} , target {self.target} .",
+                f"With {nums} I want to reach {self.target} .",
+            )
         )
         answer = format_tree(tree)
         try:  # steps of the written answer (its parse may regroup, e.g. a + ( b + c ) is a + b + c)

@@ -29,15 +29,10 @@ def parse_response(text: str) -> ParsedResponse:
         text = str(text)
     think_match = _THINK.search(text)
     think = think_match.group(1).strip() if think_match else ""
-    rest = text[think_match.end():] if think_match else text
+    rest = text[think_match.end() :] if think_match else text
     answer_match = _ANSWER.search(rest)
     answer = answer_match.group(1).strip() if answer_match else ""
-    format_valid = bool(
-        think_match
-        and answer_match
-        and "<think>" not in think
-        and rest[: answer_match.start()].strip() == ""
-    )
+    format_valid = bool(think_match and answer_match and "<think>" not in think and rest[: answer_match.start()].strip() == "")
     return ParsedResponse(think=think, answer=answer, format_valid=format_valid)
 
 

@@ -25,7 +25,8 @@ from __future__ import annotations
 import random
 import re
 from collections import deque
-from typing import ClassVar, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import ClassVar
 
 from agentcollapse.envs import register
 from agentcollapse.envs.base import TextEnv
@@ -233,7 +234,7 @@ class SokobanEnv(TextEnv):
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
-    def from_layout(cls, text: str, **kwargs) -> "SokobanEnv":
+    def from_layout(cls, text: str, **kwargs) -> SokobanEnv:
         """An env already reset to a hand-written level (symbols as in ``render_grid``; spaces optional).
 
         Cells outside the given rows count as walls. Extra kwargs go to ``__init__`` (e.g. max_steps).

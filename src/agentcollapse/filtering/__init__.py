@@ -10,7 +10,6 @@ Semantics follow the authors' code; ``docs/parity.md`` lists what matches and wh
 """
 
 from agentcollapse.filtering.decide import FilterDecision, check_settings, decide
-from agentcollapse.filtering.registry import Registry
 from agentcollapse.filtering.scores import (
     DEFAULT_METRIC,
     FEATURES,
@@ -55,7 +54,6 @@ __all__ = [
     "FilterDecision",
     "METRICS",
     "RV_EDGES",
-    "Registry",
     "SCALE_MODES",
     "STRATEGIES",
     "ScoreSpec",

@@ -22,28 +22,20 @@ def to_numpy(x: Any, name: str) -> np.ndarray:
     try:
         return arr.astype(np.float64)
     except (TypeError, ValueError) as exc:
-        raise UserError(
-            f"{name} must be numeric, got dtype {arr.dtype}; pass a float array or tensor"
-        ) from exc
+        raise UserError(f"{name} must be numeric, got dtype {arr.dtype}; pass a float array or tensor") from exc
 
 
 def check_finite(arr: np.ndarray, name: str) -> None:
     if arr.size and not np.all(np.isfinite(arr)):
         n_nan = int(np.isnan(arr).sum())
         n_inf = int(np.isinf(arr).sum())
-        raise UserError(
-            f"{name} contains {n_nan} NaN and {n_inf} inf values; "
-            "fix the rollout/reward computation so every value is finite"
-        )
+        raise UserError(f"{name} contains {n_nan} NaN and {n_inf} inf values; fix the rollout/reward computation so every value is finite")
 
 
 def as_2d(values: Any, name: str) -> np.ndarray:
     arr = to_numpy(values, name)
     if arr.ndim != 2:
-        raise UserError(
-            f"{name} must be a 2-D [prompts, group_size] array, got shape {tuple(arr.shape)}; "
-            "reshape to [P, G]"
-        )
+        raise UserError(f"{name} must be a 2-D [prompts, group_size] array, got shape {tuple(arr.shape)}; reshape to [P, G]")
     check_finite(arr, name)
     return arr
 
@@ -51,9 +43,6 @@ def as_2d(values: Any, name: str) -> np.ndarray:
 def as_1d(scores: Any, name: str = "scores") -> np.ndarray:
     arr = to_numpy(scores, name)
     if arr.ndim != 1:
-        raise UserError(
-            f"{name} must be a 1-D [prompts] array, got shape {tuple(arr.shape)}; "
-            "pass one score per group (see group_scores)"
-        )
+        raise UserError(f"{name} must be a 1-D [prompts] array, got shape {tuple(arr.shape)}; pass one score per group (see group_scores)")
     check_finite(arr, name)
     return arr

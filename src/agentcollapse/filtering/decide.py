@@ -24,7 +24,8 @@ import numpy as np
 from agentcollapse.errors import UserError
 from agentcollapse.filtering._arrays import as_2d
 from agentcollapse.filtering.scores import ZERO_TOL, get_score, group_scores, required_feature
-from agentcollapse.filtering.snr import SCALE_MODES, loss_scale as _loss_scale
+from agentcollapse.filtering.snr import SCALE_MODES
+from agentcollapse.filtering.snr import loss_scale as _loss_scale
 from agentcollapse.filtering.strategies import (
     FILTER_TYPES,
     TOP_P_MODES,
@@ -142,15 +143,20 @@ def decide(
     if name == "none":
         return FilterDecision(all_groups, None, 1.0, {"filter/kept_count": float(num_prompts), "filter/kept_ratio": 1.0})
     check_settings(
-        name=name, metric=metric, strategy=strategy, value=value, include_zero=include_zero,
-        top_p_mode=top_p_mode, selection_eps=selection_eps, loss_scale=loss_scale,
-        trajectory_k=trajectory_k, filter_type=filter_type,
+        name=name,
+        metric=metric,
+        strategy=strategy,
+        value=value,
+        include_zero=include_zero,
+        top_p_mode=top_p_mode,
+        selection_eps=selection_eps,
+        loss_scale=loss_scale,
+        trajectory_k=trajectory_k,
+        filter_type=filter_type,
     )
     if trajectory_k > 0:  # the trajectory baseline: unchanged, no loss scaling
         mask = trajectory_filter(r, int(trajectory_k))
-        return FilterDecision(
-            all_groups, mask, 1.0, {"filter/kept_ratio": float(mask.mean()), "filter/kept_count": float(mask.sum())}
-        )
+        return FilterDecision(all_groups, mask, 1.0, {"filter/kept_ratio": float(mask.mean()), "filter/kept_count": float(mask.sum())})
 
     spec = get_strategy(strategy)
     v = _value(value)

@@ -20,7 +20,7 @@ import numpy as np
 
 from agentcollapse.errors import UserError
 from agentcollapse.filtering._arrays import as_2d
-from agentcollapse.filtering.registry import Registry
+from agentcollapse.registry import Registry
 
 __all__ = [
     "DEFAULT_METRIC",

@@ -47,18 +47,11 @@ def loss_scale(kept: int, total: int, mode: str) -> float:
     ``none`` -> 1.0, ``linear`` -> kept/total, ``sqrt`` -> sqrt(kept/total).
     """
     if mode not in SCALE_MODES:
-        raise UserError(
-            f"unknown loss scale mode {mode!r}; choose one of {', '.join(SCALE_MODES)}"
-        )
+        raise UserError(f"unknown loss scale mode {mode!r}; choose one of {', '.join(SCALE_MODES)}")
     if total <= 0:
-        raise UserError(
-            f"loss_scale total must be > 0 (number of groups before filtering), got {total}"
-        )
+        raise UserError(f"loss_scale total must be > 0 (number of groups before filtering), got {total}")
     if not (0 <= kept <= total):
-        raise UserError(
-            f"loss_scale kept must be in [0, total={total}], got {kept}; "
-            "pass the number of kept groups"
-        )
+        raise UserError(f"loss_scale kept must be in [0, total={total}], got {kept}; pass the number of kept groups")
     if mode == "none":
         return 1.0
     frac = kept / total
@@ -87,34 +80,21 @@ def interpret_rv_ratio(ratio: float) -> str:
     """
     r = float(ratio)
     if math.isnan(r):
-        return (
-            "Std(RV)/Mean(RV) undefined: no reward variance in any group: nothing to learn from; "
-            "filtering would empty the batch"
-        )
+        return "Std(RV)/Mean(RV) undefined: no reward variance in any group: nothing to learn from; filtering would empty the batch"
     if r < 0:
         raise UserError(f"rv ratio must be >= 0 (a std over a mean of variances), got {ratio}")
     if r >= RV_RATIO_HIGH:
-        return (
-            f"Std(RV)/Mean(RV) = {r:.2f}: high variance spread: SNR filtering likely helps "
-            "(paper: Sokoban 1.16-1.29, +3.2/+4.6 points)"
-        )
+        return f"Std(RV)/Mean(RV) = {r:.2f}: high variance spread: SNR filtering likely helps (paper: Sokoban 1.16-1.29, +3.2/+4.6 points)"
     if r < RV_RATIO_LOW:
         return (
             f"Std(RV)/Mean(RV) = {r:.2f}: uniform reward variance: filtering unlikely to help and "
             "may hurt (paper: FrozenLake 0.33, -5.0 points)"
         )
-    return (
-        f"Std(RV)/Mean(RV) = {r:.2f}: borderline: filtering may or may not help; "
-        "compare a filtered and an unfiltered run"
-    )
+    return f"Std(RV)/Mean(RV) = {r:.2f}: borderline: filtering may or may not help; compare a filtered and an unfiltered run"
 
 
 def _check_num_buckets(num_buckets: Any) -> int:
-    if (
-        isinstance(num_buckets, bool)
-        or not isinstance(num_buckets, (int, np.integer))
-        or num_buckets < 1
-    ):
+    if isinstance(num_buckets, bool) or not isinstance(num_buckets, (int, np.integer)) or num_buckets < 1:
         raise UserError(f"num_buckets must be an integer >= 1, got {num_buckets!r}; e.g. 6")
     return int(num_buckets)
 
@@ -144,9 +124,7 @@ def rv_quantile_buckets(scores: Any, num_buckets: int = 6) -> list[np.ndarray]:
     return out
 
 
-def rv_buckets(
-    scores: Any, num_buckets: int = 6, mode: str = "quantile", edges: Any = RV_EDGES
-) -> list[np.ndarray]:
+def rv_buckets(scores: Any, num_buckets: int = 6, mode: str = "quantile", edges: Any = RV_EDGES) -> list[np.ndarray]:
     """RV buckets by ``mode``: ``quantile`` (:func:`rv_quantile_buckets`) or ``fixed_rv``.
 
     ``fixed_rv``: one bucket per edge, ``[edges[i], edges[i+1])`` and the last ``[edges[-1], inf)``

@@ -44,8 +44,8 @@ import numpy as np
 
 from agentcollapse.errors import UserError
 from agentcollapse.filtering._arrays import as_1d, as_2d
-from agentcollapse.filtering.registry import Registry
 from agentcollapse.filtering.scores import ZERO_TOL
+from agentcollapse.registry import Registry
 
 __all__ = [
     "FILTER_TYPES",
@@ -129,14 +129,9 @@ def count(value: Any, strategy: str) -> int:
     try:
         v = float(value)
     except (TypeError, ValueError) as exc:
-        raise UserError(
-            f"{strategy} value must be an integer >= 1, got {value!r}; set value=<count>"
-        ) from exc
+        raise UserError(f"{strategy} value must be an integer >= 1, got {value!r}; set value=<count>") from exc
     if not (math.isfinite(v) and v >= 1.0 and v == int(v)):
-        raise UserError(
-            f"{strategy} value must be an integer >= 1, got {value!r}; set value=<count> "
-            "(use strategy top_k for a fraction)"
-        )
+        raise UserError(f"{strategy} value must be an integer >= 1, got {value!r}; set value=<count> (use strategy top_k for a fraction)")
     return int(v)
 
 

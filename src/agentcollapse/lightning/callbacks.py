@@ -1,4 +1,5 @@
-"""Callbacks that keep a run's record and checkpoints in step with its RL iterations."""
+"""Infrastructure callbacks of every run: the record, checkpoints and progress, in step with its RL
+iterations. (What watches and what intervenes is composed from ``callbacks=<preset>``.)"""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import lightning as L
-
+from agentcollapse.progress import Progress, is_terminal
 from agentcollapse.records import RunRecorder
 
 
@@ -52,3 +53,27 @@ class IterationCheckpoint(L.Callback):
         trainer.save_checkpoint(tmp)
         if trainer.is_global_zero:
             os.replace(tmp, self.last)
+
+
+class LineProgress(L.Callback):
+    """Training progress as plain lines (a line every few percent) when output is not a terminal; a
+    terminal gets Lightning's live bar instead (``trainer.progress_bar``)."""
+
+    def __init__(self, total_steps: int) -> None:
+        self.total_steps = total_steps
+        self.progress: Progress | None = None
+
+    @staticmethod
+    def is_terminal() -> bool:
+        return is_terminal()
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+        if trainer.is_global_zero:
+            self.progress = Progress(self.total_steps, "train", live=False)
+            self.progress.done = pl_module.iteration  # a resumed run continues its count
+
+    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.progress is None or pl_module.iteration <= self.progress.done:
+            return
+        success = pl_module.last_metrics.get("rollout/success_rate")
+        self.progress.update(pl_module.iteration - self.progress.done, **({"success": success} if success is not None else {}))

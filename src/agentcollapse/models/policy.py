@@ -7,20 +7,47 @@ so no second copy of the weights is held.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 from peft import LoraConfig as PeftLoraConfig
 from peft import PeftModel, get_peft_model
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from agentcollapse.config import EnvConfig, ModelConfig
 from agentcollapse.errors import UserError
 from agentcollapse.models.tiny import build_tiny_policy, load_tokenizer
-from agentcollapse.rollout.runner import Policy
+
+if TYPE_CHECKING:  # models sit below the config layer: configs are read, never imported
+    from agentcollapse.config import EnvConfig, ModelConfig
 
 MODEL_NAMES = ("tiny", "smollm2-135m", "hf")
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class Policy:
+    """What a rollout needs of a policy: the model, its tokenizer and when to stop decoding."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+
+    @property
+    def stop_ids(self) -> set[int]:
+        ids = {int(self.tokenizer.eos_token_id)}
+        close = self.tokenizer.convert_tokens_to_ids("</answer>")
+        if isinstance(close, int) and close != self.tokenizer.unk_token_id:
+            ids.add(close)
+        return ids
+
+    def decode(self, ids: Sequence[int]) -> str:
+        text = self.tokenizer.decode(list(ids), skip_special_tokens=False)
+        for tok in (self.tokenizer.eos_token, self.tokenizer.pad_token):
+            if tok:
+                text = text.replace(tok, "")
+        return text.strip()
 
 
 def resolve_model_dir(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.PathLike) -> Path:
@@ -54,9 +81,9 @@ def check_causal_lm_dir(path: str | os.PathLike) -> Path:
 
 def load_policy(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.PathLike, seed: int = 0) -> Policy:
     model_dir = resolve_model_dir(model_cfg, env_cfg, cache_dir)
-    dtype = _DTYPES.get(model_cfg.dtype)
+    dtype = DTYPES.get(model_cfg.dtype)
     if dtype is None:
-        raise UserError(f"model.dtype={model_cfg.dtype!r} is not one of {', '.join(_DTYPES)}")
+        raise UserError(f"model.dtype={model_cfg.dtype!r} is not one of {', '.join(DTYPES)}")
     try:
         tokenizer = load_tokenizer(model_dir)
         base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, local_files_only=True)
@@ -71,9 +98,7 @@ def load_policy(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.
     lora = model_cfg.lora
     model = get_peft_model(
         base,
-        PeftLoraConfig(
-            r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules), bias="none"
-        ),
+        PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules), bias="none"),
     )
     return Policy(model=model, tokenizer=tokenizer)
 
@@ -82,4 +107,4 @@ def is_peft(model: torch.nn.Module) -> bool:
     return isinstance(model, PeftModel)
 
 
-__all__ = ["load_policy", "resolve_model_dir", "check_causal_lm_dir", "MODEL_NAMES"]
+__all__ = ["DTYPES", "Policy", "load_policy", "resolve_model_dir", "check_causal_lm_dir", "MODEL_NAMES"]

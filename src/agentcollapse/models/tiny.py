@@ -19,16 +19,14 @@ import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from agentcollapse import envs
-from agentcollapse.config import EnvConfig, ModelConfig
 from agentcollapse.errors import UserError
-from agentcollapse.models.tokenizer import build_tokenizer
-from agentcollapse.rollout.context import (
+from agentcollapse.models.context import (
     assistant_message,
     encode,
     first_user_message,
@@ -36,10 +34,15 @@ from agentcollapse.rollout.context import (
     next_user_message,
     render_context,
 )
+from agentcollapse.models.tokenizer import build_tokenizer
+from agentcollapse.progress import Progress
+from agentcollapse.seeds import warm_start_env_seed
+
+if TYPE_CHECKING:  # models sit below the config layer: configs are read, never imported
+    from agentcollapse.config import EnvConfig, ModelConfig
 
 log = logging.getLogger(__name__)
 BUILD_VERSION = 2  # bump when the build recipe changes, so caches rebuild
-WARM_START_SEED_BASE = 50_000_000  # demonstration maps never overlap training or held-out seeds
 
 
 def cache_key(model_cfg: ModelConfig, env_cfg: EnvConfig) -> str:
@@ -63,7 +66,7 @@ def demonstration_episodes(
     env = envs.make(env_cfg.name, **dict(env_cfg.kwargs))
     out = []
     for i in range(episodes):
-        obs = env.reset(WARM_START_SEED_BASE + seed * 1_000_003 + i)
+        obs = env.reset(warm_start_env_seed(seed, i))
         messages = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": first_user_message(obs)}]
         turns = []
         while not env.done:
@@ -206,11 +209,7 @@ def _supervised_fine_tune(
         optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
     )
     model.train()
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=steps, desc="warm start (SFT)", leave=False)
+    bar = Progress(steps, "warm start (SFT)") if progress else None
     loss_value = float("nan")
     # The batches' order is shuffled each pass.
     for step in range(steps):
@@ -237,8 +236,7 @@ def _supervised_fine_tune(
         schedule.step()
         loss_value = float(loss.detach())
         if bar is not None:
-            bar.update(1)
-            bar.set_postfix(loss=f"{loss_value:.3f}")
+            bar.update(1, loss=loss_value)
     if bar is not None:
         bar.close()
     model.eval()

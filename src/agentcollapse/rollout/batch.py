@@ -56,7 +56,7 @@ class RolloutBatch:
         s = np.array([t.success for t in self.trajectories], dtype=np.float64)
         return s.reshape(self.num_prompts, self.group_size)
 
-    def select_groups(self, groups: list[int] | np.ndarray) -> "RolloutBatch":
+    def select_groups(self, groups: list[int] | np.ndarray) -> RolloutBatch:
         """A batch holding only the given prompt groups (renumbered 0..len-1, order kept)."""
         groups = [int(g) for g in groups]
         g = self.group_size

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import torch
 
-from agentcollapse.diagnostics.cross_score import _cache_kwarg, _forward_params, _output_cache
+from agentcollapse.models.hf import cache_kwarg, forward_params, output_cache
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -52,9 +52,9 @@ def generate(
     ids, attn = left_pad(prompts, pad_id)
     ids, attn = ids.to(device), attn.to(device)
     positions = (attn.cumsum(-1) - 1).clamp_min(0)
-    cache_arg = _cache_kwarg(_forward_params(model))
+    cache_arg = cache_kwarg(forward_params(model))
     out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True)
-    past, logits = _output_cache(out), out.logits[:, -1, :]
+    past, logits = output_cache(out), out.logits[:, -1, :]
     last_pos = positions[:, -1:]
     stop = torch.tensor(sorted(stop_ids), device=device)
     finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)
@@ -72,5 +72,5 @@ def generate(
         attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
         last_pos = last_pos + 1
         out = model(input_ids=nxt[:, None], attention_mask=attn, position_ids=last_pos, use_cache=True, **{cache_arg: past})
-        past, logits = _output_cache(out), out.logits[:, -1, :]
+        past, logits = output_cache(out), out.logits[:, -1, :]
     return generated

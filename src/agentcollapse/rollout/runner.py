@@ -4,49 +4,26 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
 
 import torch
 
 from agentcollapse.envs import TextEnv
 from agentcollapse.envs.parsing import parse_response
-from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
-from agentcollapse.rollout.context import (
+from agentcollapse.models.context import (
     assistant_message,
     encode,
     first_user_message,
     next_user_message,
     render_context,
 )
+from agentcollapse.models.policy import Policy
+from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
 from agentcollapse.rollout.generate import generate
-
-
-@dataclass
-class Policy:
-    """What a rollout needs of a policy: the model, its tokenizer and when to stop decoding."""
-
-    model: torch.nn.Module
-    tokenizer: Any
-
-    @property
-    def stop_ids(self) -> set[int]:
-        ids = {int(self.tokenizer.eos_token_id)}
-        close = self.tokenizer.convert_tokens_to_ids("</answer>")
-        if isinstance(close, int) and close != self.tokenizer.unk_token_id:
-            ids.add(close)
-        return ids
-
-    def decode(self, ids: Sequence[int]) -> str:
-        text = self.tokenizer.decode(list(ids), skip_special_tokens=False)
-        for tok in (self.tokenizer.eos_token, self.tokenizer.pad_token):
-            if tok:
-                text = text.replace(tok, "")
-        return text.strip()
+from agentcollapse.seeds import trajectory_stream_seed
 
 
 def trajectory_generator(sample_seed: int, index: int) -> torch.Generator:
-    return torch.Generator().manual_seed((sample_seed * 1_000_003 + index) % (2**63 - 1))
+    return torch.Generator().manual_seed(trajectory_stream_seed(sample_seed, index))
 
 
 def collect_rollouts(

@@ -1,14 +1,15 @@
 """A name -> spec registry filled by decorators, in the style of verl's ``register_adv_est``.
 
-Filter scores, filter strategies (``agentcollapse.filtering``) and MI-proxy samplers
-(``agentcollapse.diagnostics``) each keep one :class:`Registry`. Adding an entry is one decorated
+Advantage estimators, loss aggregations and KL estimators (``agentcollapse.algorithms``), filter scores
+and strategies (``agentcollapse.filtering``), MI-proxy samplers (``agentcollapse.diagnostics``) and envs
+(``agentcollapse.envs``) each keep one :class:`Registry`. Adding an entry is one decorated
 function; lookups of an unknown name raise :class:`agentcollapse.errors.UserError` listing the valid
 names, in registration order, so the message always matches the code.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
 from agentcollapse.errors import UserError
@@ -42,9 +43,15 @@ class Registry(Generic[T]):
         try:
             return self._entries[name]
         except (KeyError, TypeError):
-            raise UserError(
-                f"unknown {self.kind} {name!r}; choose one of {', '.join(self._entries)}"
-            ) from None
+            raise UserError(f"unknown {self.kind} {name!r}; choose one of {', '.join(self._entries)}") from None
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator: ``@REGISTRY.register("name")`` adds the decorated object under ``name``."""
+
+        def wrap(spec: T) -> T:
+            return self.add(name, spec)
+
+        return wrap
 
     def names(self) -> tuple[str, ...]:
         return tuple(self._entries)

@@ -28,7 +28,7 @@ def doctor(overrides: list[str] | None = None) -> int:
             results.append(_check(True, f"{name} {md.version(name)}"))
         except md.PackageNotFoundError:
             results.append(_check(False, f"{name} missing", "run `make venv` (installs the pinned set)"))
-    from agentcollapse.benchmarking import compose_config
+    from agentcollapse.config import compose as compose_config
 
     try:
         cfg = compose_config(list(overrides or []))
@@ -51,8 +51,13 @@ def doctor(overrides: list[str] | None = None) -> int:
     env_mode = os.environ.get("WANDB_MODE")
     if env_mode and env_mode != mode:
         print(f"[note] WANDB_MODE={env_mode} in the environment; runs use logger.wandb.mode={mode} instead")
-    results.append(_check(mode in ("offline", "disabled", "online"), f"wandb mode {mode} (offline by default: no login needed)",
-                          "set WANDB_MODE (or logger.wandb.mode) to offline, online or disabled"))
+    results.append(
+        _check(
+            mode in ("offline", "disabled", "online"),
+            f"wandb mode {mode} (offline by default: no login needed)",
+            "set WANDB_MODE (or logger.wandb.mode) to offline, online or disabled",
+        )
+    )
     try:
         import torch
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -60,8 +65,11 @@ def doctor(overrides: list[str] | None = None) -> int:
         from agentcollapse.models.tokenizer import build_tokenizer
 
         tok = build_tokenizer(["FrozenLake ice hole goal"])
-        model = LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                                             num_attention_heads=2, num_key_value_heads=2))
+        model = LlamaForCausalLM(
+            LlamaConfig(
+                vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=2
+            )
+        )
         with torch.no_grad():
             model(input_ids=torch.tensor([tok("ice hole", add_special_tokens=False)["input_ids"]]))
         results.append(_check(True, "tiny model buildable (tokenizer + Llama forward)"))
@@ -69,6 +77,11 @@ def doctor(overrides: list[str] | None = None) -> int:
         results.append(_check(False, f"tiny model build failed: {type(exc).__name__}: {exc}", "reinstall with `make clean-venv venv`"))
     import torch
 
-    results.append(_check(True, f"accelerator: {'cuda x' + str(torch.cuda.device_count()) if torch.cuda.is_available() else 'cpu only'}; torch threads {torch.get_num_threads()}"))
+    results.append(
+        _check(
+            True,
+            f"accelerator: {'cuda x' + str(torch.cuda.device_count()) if torch.cuda.is_available() else 'cpu only'}; torch threads {torch.get_num_threads()}",
+        )
+    )
     print("all good" if all(results) else "some checks need attention (see FIX lines)")
     return 0 if all(results) else 1

@@ -1,0 +1,107 @@
+"""The RL objective of one micro-batch, written once: the update trains on it and the gradient-bucket
+analysis takes its task and regulariser parts apart.
+
+    total = weight * (pg_loss + kl_coef * KL - entropy_coef * entropy + value_loss)
+    task = weight * pg_loss          regulariser = weight * (kl_coef * KL - entropy_coef * entropy)
+
+Each term is aggregated over the micro-batch's response tokens with the algorithm's loss aggregation;
+``weight`` (:func:`micro_batch_weight`) makes the sum over micro-batches equal the loss of the whole
+batch aggregated in one piece.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from agentcollapse.algorithms.kl import kl_penalty
+from agentcollapse.algorithms.losses import PolicyLossOutput, aggregate_loss, entropy_from_logits, masked_mean, policy_loss, value_loss
+from agentcollapse.algorithms.presets import AlgorithmPreset
+
+__all__ = ["ObjectiveTerms", "micro_batch_weight", "rl_objective"]
+
+
+@dataclass
+class ObjectiveTerms:
+    """One micro-batch's weighted loss terms (with autograd graphs) and detached statistics."""
+
+    total: Tensor
+    task: Tensor
+    regulariser: Tensor
+    policy: PolicyLossOutput  # the unweighted clipped policy loss and its clip statistics
+    entropy: Tensor  # detached mean token entropy over response tokens
+    kl: Tensor | None  # detached aggregated KL (None when kl_coef = 0)
+    value_loss: Tensor | None  # detached critic loss (None without a critic)
+
+
+def micro_batch_weight(mode: str, mb_tokens: float, total_tokens: float, mb_seqs: int, total_seqs: int) -> float:
+    """Weight of a micro-batch's aggregated loss so the sum over micro-batches equals the loss of the
+    whole batch aggregated in one piece (``seq-mean-token-sum-norm`` aggregates a *sum* over
+    sequences, divided by the constant length, so it is averaged over all sequences here)."""
+    if mode == "token-mean":
+        return mb_tokens / total_tokens
+    if mode == "seq-mean-token-sum-norm":
+        return 1.0 / total_seqs
+    return mb_seqs / total_seqs
+
+
+def rl_objective(
+    algo: AlgorithmPreset,
+    logits: Tensor,
+    logp: Tensor,
+    old_logp: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    norm_length: int,
+    weight: float = 1.0,
+    ref_logp: Tensor | None = None,
+    values: Tensor | None = None,
+    value_targets: Tensor | None = None,
+    old_values: Tensor | None = None,
+) -> ObjectiveTerms:
+    """The objective of one micro-batch: ``logits [B, T+1, V]`` of the sequences, ``logp``/``old_logp``
+    ``[B, T]`` token log-probs, token ``advantages [B, T]`` and the response ``mask [B, T]``.
+
+    ``ref_logp`` is needed when ``algo.kl_coef > 0``; ``values``/``value_targets``/``old_values`` when
+    the algorithm trains a critic. With ``entropy_coef = 0`` the entropy is computed without a graph
+    (it is only logged then).
+    """
+    agg = algo.loss_agg_mode
+    pl = policy_loss(
+        logp, old_logp, advantages, mask, algo.clip_low, algo.clip_high, algo.clip_ratio_c, algo.dual_clip, agg, norm_length=norm_length
+    )
+    # The total is summed in one fixed order (policy, entropy, KL, critic) so it is bit-stable.
+    total = pl.loss
+    regulariser = pl.loss.new_zeros(())
+    if algo.entropy_coef > 0:
+        entropy = entropy_from_logits(logits[:, :-1])
+        bonus = algo.entropy_coef * aggregate_loss(entropy, mask, agg, norm_length=norm_length)
+        total = total - bonus
+        regulariser = regulariser - bonus
+    else:
+        with torch.no_grad():
+            entropy = entropy_from_logits(logits[:, :-1])
+    kl = None
+    if algo.kl_coef > 0:
+        if ref_logp is None:
+            raise ValueError("kl_coef > 0 needs the reference log-probs (ref_logp)")
+        kl = aggregate_loss(kl_penalty(logp, ref_logp, algo.kl_estimator), mask, agg, norm_length=norm_length)
+        total = total + algo.kl_coef * kl
+        regulariser = regulariser + algo.kl_coef * kl
+    critic = None
+    if values is not None:
+        if value_targets is None or old_values is None:
+            raise ValueError("a critic loss needs value_targets and old_values")
+        critic, _ = value_loss(values, value_targets, old_values, mask)
+        total = total + critic
+    return ObjectiveTerms(
+        total=total * weight,
+        task=pl.loss * weight,
+        regulariser=regulariser * weight,
+        policy=pl,
+        entropy=masked_mean(entropy.detach(), mask).detach(),
+        kl=None if kl is None else kl.detach(),
+        value_loss=None if critic is None else critic.detach(),
+    )

@@ -1,0 +1,370 @@
+"""The run configuration's schema: one typed dataclass per config group, every field with a one-line
+help (``agentcollapse train --help`` prints them per group).
+
+Hydra validates every override against these dataclasses (a typo or a wrong type is an error), and code
+reads the same objects, so the YAML files under ``conf/`` only choose values. Each section checks its own
+numbers in ``validate()``; checks that span sections live in :meth:`RunConfig.validate`. Names (envs,
+filter scores and strategies, algorithms, estimators) are checked against the registries that define
+them, so an error lists exactly the names that exist.
+
+Algorithm fields left ``None`` in YAML mean "the preset's value" (``algorithms.presets``);
+:func:`agentcollapse.config.resolve.resolve_presets` fills them once, so a run's ``config.yaml`` says
+which coefficients it used.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Optional
+
+from agentcollapse.errors import UserError
+
+__all__ = [
+    "AlgorithmConfig",
+    "DiagnosticsConfig",
+    "EnvConfig",
+    "FilterConfig",
+    "LoggerConfig",
+    "LoraConfig",
+    "ModelConfig",
+    "RolloutConfig",
+    "RunConfig",
+    "TrainerConfig",
+    "WandbConfig",
+    "WarmStartConfig",
+    "field_help",
+]
+
+
+def opt(default: Any = MISSING, *, help: str, factory: Any = MISSING) -> Any:
+    """A dataclass field with a one-line ``help`` (TRL's ``field(metadata={"help": ...})`` style)."""
+    if factory is not MISSING:
+        return field(default_factory=factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})
+
+
+def field_help(schema: type) -> list[tuple[str, str, str]]:
+    """(name, default, help) for each field of a schema dataclass."""
+    out = []
+    for f in fields(schema):
+        if f.default is not MISSING:
+            default = repr(f.default)
+        elif f.default_factory is not MISSING:  # type: ignore[misc]
+            value = f.default_factory()  # type: ignore[misc]
+            default = type(value).__name__ if hasattr(value, "__dataclass_fields__") else repr(value)
+        else:
+            default = "???"
+        out.append((f.name, default, f.metadata.get("help", "")))
+    return out
+
+
+def _finite(name: str, value: Any, minimum: float = 0.0) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < minimum:
+        raise UserError(f"{name}={value} must be a finite number >= {minimum:g}")
+
+
+def _at_least(name: str, value: Any, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserError(f"{name}={value} must be an integer >= {minimum}")
+
+
+def _one_of(name: str, value: Any, valid: list[str] | tuple[str, ...], how: str = "") -> None:
+    if value not in valid:
+        raise UserError(f"unknown {name} {value!r}; valid: {', '.join(valid)}{f' ({how})' if how else ''}")
+
+
+@dataclass
+class EnvConfig:
+    name: str = opt("frozenlake", help="environment: frozenlake | sokoban | countdown | math (registered in agentcollapse.envs)")
+    kwargs: dict[str, Any] = opt(factory=dict, help="keyword arguments of the env's constructor (e.g. frozenlake slip, size)")
+
+    def validate(self) -> None:
+        from agentcollapse import envs
+
+        envs.make(self.name, **dict(self.kwargs))  # unknown env or bad env.kwargs -> UserError
+
+
+@dataclass
+class WarmStartConfig:
+    """Supervised warm start of the tiny policy on planner demonstrations (cached by content)."""
+
+    episodes: int = opt(4000, help="planner-played demonstration episodes")
+    # Many small steps: copying facts from the observation emerges after ~300-400 steps of batch 8
+    # (measured: held-out position-copy accuracy 0.30 at step 100, 1.00 at step 400).
+    steps: int = opt(1000, help="optimizer steps (length-bucketed batches of episodes)")
+    batch_size: int = opt(8, help="episodes per step, unless batch_tokens is set")
+    batch_tokens: Optional[int] = opt(None, help="fill each batch up to this many tokens instead (short single-turn episodes)")
+    lr: float = opt(2e-3, help="AdamW learning rate of the warm start")
+    suboptimal_prob: float = opt(0.5, help="share of turns whose actions are random: RL headroom at T=1")
+    template_prob: float = opt(0.1, help="share of turns with input-agnostic reasoning: the collapse attractor")
+    context_loss_weight: float = opt(1.0, help="loss weight of observation tokens relative to response tokens")
+    seed: int = opt(0, help="seed of the demonstrations and the initial weights")
+
+    def validate(self) -> None:
+        for key in ("episodes", "steps", "batch_size"):
+            _at_least(f"model.warm_start.{key}", getattr(self, key), 1)
+        if self.batch_tokens is not None:
+            _at_least("model.warm_start.batch_tokens", self.batch_tokens, 1)
+        for key in ("lr", "context_loss_weight"):
+            _finite(f"model.warm_start.{key}", getattr(self, key))
+        for key in ("suboptimal_prob", "template_prob"):
+            value = getattr(self, key)
+            _finite(f"model.warm_start.{key}", value)
+            if value > 1:
+                raise UserError(f"model.warm_start.{key}={value} is a probability: give a value in [0, 1]")
+
+
+@dataclass
+class LoraConfig:
+    r: int = opt(8, help="LoRA rank")
+    alpha: int = opt(16, help="LoRA alpha (scale = alpha / r)")
+    dropout: float = opt(0.0, help="LoRA dropout (0 keeps the forward deterministic)")
+    target_modules: list[str] = opt(
+        factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        help="module names that get adapters",
+    )
+
+    def validate(self) -> None:
+        _at_least("model.lora.r", self.r, 1)
+        _at_least("model.lora.alpha", self.alpha, 1)
+        _finite("model.lora.dropout", self.dropout)
+        if not self.target_modules:
+            raise UserError("model.lora.target_modules is empty; name at least one module, e.g. [q_proj, v_proj]")
+
+
+@dataclass
+class ModelConfig:
+    name: str = opt("tiny", help="tiny (built here) | smollm2-135m | hf (any local causal LM at model.path)")
+    path: Optional[str] = opt(None, help="local Hugging Face model directory (overrides name)")
+    hidden_size: int = opt(128, help="tiny model: hidden size")
+    num_layers: int = opt(4, help="tiny model: transformer layers")
+    num_heads: int = opt(4, help="tiny model: attention heads")
+    intermediate_size: int = opt(384, help="tiny model: MLP width")
+    dtype: str = opt("float32", help="weights dtype: float32 | bfloat16 | float16")
+    warm_start: WarmStartConfig = opt(factory=WarmStartConfig, help="tiny model: its supervised warm start")
+    lora: LoraConfig = opt(factory=LoraConfig, help="LoRA adapter settings")
+
+    def validate(self) -> None:
+        from agentcollapse.models.policy import DTYPES, MODEL_NAMES, check_causal_lm_dir
+
+        _one_of("model.dtype", self.dtype, tuple(DTYPES))
+        self.lora.validate()
+        if self.path:
+            check_causal_lm_dir(self.path)
+            return
+        _one_of("model", self.name, MODEL_NAMES, "choose with model=<name>, or set model.path=<dir>")
+        if self.name == "hf":
+            raise UserError("model=hf needs model.path=<local Hugging Face model directory>")
+        if self.name == "tiny":
+            for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
+                _at_least(f"model.{key}", getattr(self, key), 1)
+            if self.hidden_size % self.num_heads:
+                raise UserError(f"model.hidden_size={self.hidden_size} must be a multiple of model.num_heads={self.num_heads}")
+            self.warm_start.validate()
+
+
+@dataclass
+class RolloutConfig:
+    num_prompts: int = opt(8, help="P: prompts (groups) per iteration")
+    group_size: int = opt(16, help="G: trajectories per prompt")
+    temperature: float = opt(1.0, help="sampling temperature of training rollouts")
+    max_new_tokens: int = opt(48, help="token budget of one response (one turn)")
+    generation_batch_size: int = opt(256, help="live trajectories decoded together")
+
+    def validate(self) -> None:
+        for key in ("num_prompts", "group_size", "max_new_tokens", "generation_batch_size"):
+            _at_least(f"rollout.{key}", getattr(self, key), 1)
+        _finite("rollout.temperature", self.temperature)
+
+
+@dataclass
+class AlgorithmConfig:
+    name: str = opt("grpo", help="preset: grpo | dr_grpo | dapo | ppo (null fields below take the preset's value)")
+    advantage: Optional[str] = opt(None, help="advantage estimator: grpo | dr_grpo | gae")
+    loss_agg_mode: Optional[str] = opt(
+        None, help="loss aggregation: token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm"
+    )
+    clip_low: Optional[float] = opt(None, help="PPO clip epsilon below 1")
+    clip_high: Optional[float] = opt(None, help="PPO clip epsilon above 1 (DAPO clip-higher: 0.28)")
+    dual_clip: Optional[bool] = opt(None, help="dual clip for negative advantages (verl's default)")
+    clip_ratio_c: Optional[float] = opt(None, help="dual-clip bound (> 1)")
+    kl_coef: Optional[float] = opt(None, help="weight of KL(pi || reference) in the loss (0: off)")
+    kl_estimator: Optional[str] = opt(None, help="KL estimator: k1 | k2 | k3 (= low_var_kl) | abs")
+    entropy_coef: Optional[float] = opt(None, help="weight of the entropy bonus")
+    gamma: Optional[float] = opt(None, help="GAE discount (PPO)")
+    lam: Optional[float] = opt(None, help="GAE lambda (PPO)")
+    lr: float = opt(1e-3, help="policy (LoRA) learning rate")
+    critic_lr: float = opt(1e-3, help="value-head learning rate (PPO)")
+    ppo_epochs: int = opt(1, help="passes over each rollout batch")
+    micro_batch_size: int = opt(32, help="sequences per forward/backward")
+    max_grad_norm: float = opt(1.0, help="gradient clipping norm")
+    max_nonfinite_steps: int = opt(5, help="NaN/inf losses in a row before the run stops")
+
+    def validate(self) -> None:
+        for key in ("kl_coef", "entropy_coef", "clip_low", "clip_high", "clip_ratio_c", "gamma", "lam", "lr", "critic_lr", "max_grad_norm"):
+            _finite(f"algorithm.{key}", getattr(self, key))
+        for key in ("ppo_epochs", "micro_batch_size", "max_nonfinite_steps"):
+            _at_least(f"algorithm.{key}", getattr(self, key), 1)
+        from agentcollapse.config.resolve import algorithm_preset
+
+        algorithm_preset(self)  # unknown preset or estimator, or settings the preset rejects -> UserError
+
+
+@dataclass
+class FilterConfig:
+    """SNR-aware filtering (METHOD.md 5), applied by the ``snr_filter`` callback before each update."""
+
+    name: str = opt("none", help="preset (a file under conf/filter/); none trains on every group")
+    metric: str = opt(
+        "reward_std",
+        help="group score (registered in agentcollapse.filtering): reward_std (the authors' 'reward_variance') | reward_variance (true variance) | reward | reward_sum | entropy | entropy_variance | entropy_std | length",
+    )
+    strategy: str = opt(
+        "top_p",
+        help="selection rule (registered in agentcollapse.filtering): top_p | top_k | top_k_abs | min_p | percentile_range | within_group",
+    )
+    value: Any = opt(
+        1.0,
+        help="rho for top_p; a fraction for top_k; a count for top_k_abs; [lo, hi] for percentile_range; the keep ratio per group for within_group",
+    )
+    include_zero: bool = opt(True, help="rank groups whose score is zero (|score| <= 1e-10) too; false drops them first")
+    top_p_mode: str = opt("linear", help="top_p over the score mass (linear) or over softmax(scores)")
+    selection_eps: float = opt(0.01, help="linear top_p: threshold = rho * total - eps; nothing is kept when rho * total <= eps")
+    loss_scale: str = opt("none", help="scale the loss by the kept fraction: none | linear | sqrt")
+    trajectory_k: int = opt(0, help=">0: keep the top-k and bottom-k trajectories of every group instead (the paper's baseline)")
+    filter_type: str = opt("largest", help="largest keeps the highest scores, smallest the lowest (every strategy)")
+    max_empty_steps: int = opt(5, help="stop the run after this many consecutive iterations with nothing kept")
+
+    def filter_options(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`agentcollapse.filtering.decide`."""
+        options = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "max_empty_steps"}
+        value = options["value"]
+        options["value"] = tuple(value) if isinstance(value, (list, tuple)) else value
+        return options
+
+    def validate(self, group_size: int | None = None) -> None:
+        from agentcollapse.config.compose import group_options
+        from agentcollapse.filtering import check_settings, score_names, strategy_names
+
+        _at_least("filter.max_empty_steps", self.max_empty_steps, 1)
+        _at_least("filter.trajectory_k", self.trajectory_k, 0)
+        presets = group_options("filter")
+        _one_of("filter", self.name, presets, "choose with filter=<name>")
+        if self.name == "none":
+            return
+        _one_of("filter.metric", self.metric, score_names())
+        _one_of("filter.strategy", self.strategy, strategy_names())
+        try:
+            check_settings(**self.filter_options(), group_size=group_size)
+        except UserError as exc:
+            raise UserError(f"filter={self.name}: {exc}") from None
+
+
+@dataclass
+class DiagnosticsConfig:
+    """Settings of the watching callbacks (``collapse_diagnostics``, ``grad_buckets``)."""
+
+    compute_freq: int = opt(5, help="MI proxy at step 1 and every N steps (0: step 1 only)")
+    score_batch_size: int = opt(64, help="(context, trace) pairs per cross-scoring forward")
+    # Each (X, Z) pair is its own column, so cost grows with its square; 32 matches the first-turn
+    # sampler's P x G x P pairs at P=8, G=16.
+    trajectory_samples: int = opt(32, help="(context, trace) pairs the trajectory sampler draws per proxy step")
+    first_turn_samples: int = opt(64, help="first-turn traces scored per proxy step (the authors: 64; 0 = all)")
+    trajectory_replace: bool = opt(False, help="the trajectory sampler draws with replacement (the authors' sampler)")
+    grad_buckets_every: int = opt(10, help="grad_buckets callback: at step 1 and every N steps")
+    grad_buckets_mode: str = opt("quantile", help="RV buckets: quantile (6 equal-count) | fixed_rv (the authors' fixed reward-std edges)")
+
+    def validate(self) -> None:
+        from agentcollapse.filtering import BUCKET_MODES
+
+        _at_least("diagnostics.first_turn_samples", self.first_turn_samples, 0)
+        _one_of("diagnostics.grad_buckets_mode", self.grad_buckets_mode, tuple(BUCKET_MODES))
+        _at_least("diagnostics.compute_freq", self.compute_freq, 0)
+        _at_least("diagnostics.score_batch_size", self.score_batch_size, 1)
+        _at_least("diagnostics.trajectory_samples", self.trajectory_samples, 0)
+        _at_least("diagnostics.grad_buckets_every", self.grad_buckets_every, 1)
+
+
+@dataclass
+class TrainerConfig:
+    max_steps: int = opt(20, help="RL iterations (one rollout batch and update each)")
+    val_every: int = opt(10, help="held-out evaluation every N iterations, at step 0 and at the end (0: never)")
+    val_episodes: int = opt(64, help="held-out maps per evaluation (seeds 0..N-1, the same for every run)")
+    val_temperatures: list[float] = opt(factory=lambda: [1.0, 0.5, 0.0], help="evaluation temperatures (0 = greedy; 0.5 is the paper's)")
+    checkpoint_every: int = opt(10, help="write checkpoints/last.ckpt every N iterations (0: never)")
+    accelerator: str = opt("cpu", help="Lightning accelerator: cpu | gpu | auto")
+    devices: int = opt(1, help="processes/GPUs")
+    strategy: str = opt("auto", help="Lightning strategy: auto | ddp")
+    num_threads: int = opt(2, help="torch CPU threads of this run")
+    progress_bar: bool = opt(True, help="live progress on a terminal (a line every few percent otherwise)")
+
+    def validate(self) -> None:
+        _at_least("trainer.max_steps", self.max_steps, 1)
+        _at_least("trainer.val_every", self.val_every, 0)
+        _at_least("trainer.checkpoint_every", self.checkpoint_every, 0)
+        _at_least("trainer.num_threads", self.num_threads, 1)
+        _at_least("trainer.devices", self.devices, 1)
+        if self.val_every > 0:
+            _at_least("trainer.val_episodes", self.val_episodes, 1)
+            if not self.val_temperatures:
+                raise UserError("trainer.val_temperatures is empty; give at least one, e.g. [0.5]")
+        for t in self.val_temperatures:
+            _finite("trainer.val_temperatures[]", t)
+
+
+@dataclass
+class WandbConfig:
+    enabled: bool = opt(True, help="log to wandb too (run records are always written)")
+    mode: str = opt("offline", help="offline | online | disabled")
+    project: str = opt("agentcollapse", help="wandb project")
+
+    def validate(self) -> None:
+        _one_of("logger.wandb.mode", self.mode, ("offline", "online", "disabled"))
+
+
+@dataclass
+class LoggerConfig:
+    wandb: WandbConfig = opt(factory=WandbConfig, help="wandb settings")
+
+    def validate(self) -> None:
+        self.wandb.validate()
+
+
+@dataclass
+class RunConfig:
+    env: EnvConfig = opt(factory=EnvConfig, help="the environment")
+    model: ModelConfig = opt(factory=ModelConfig, help="the policy")
+    algorithm: AlgorithmConfig = opt(factory=AlgorithmConfig, help="the RL algorithm")
+    filter: FilterConfig = opt(factory=FilterConfig, help="SNR-aware filtering")
+    rollout: RolloutConfig = opt(factory=RolloutConfig, help="rollout sizes and sampling")
+    diagnostics: DiagnosticsConfig = opt(factory=DiagnosticsConfig, help="collapse diagnostics")
+    trainer: TrainerConfig = opt(factory=TrainerConfig, help="iterations, evaluation, devices")
+    logger: LoggerConfig = opt(factory=LoggerConfig, help="loggers besides the run record")
+    callbacks: dict[str, Any] = opt(factory=dict, help="what watches and what intervenes: {name: {_target_: class}} (callbacks=<preset>)")
+    seed: int = opt(0, help="run seed: training maps, sampling streams, LoRA init")
+    run_dir: str = opt("runs/${env.name}/${algorithm.name}/${now:%Y-%m-%d_%H-%M-%S}", help="the run's record directory")
+    resume: bool = opt(False, help="continue the run in run_dir from its last checkpoint")
+    cache_dir: str = opt("${oc.env:AGENTCOLLAPSE_CACHE,${oc.env:HOME}/.cache/agentcollapse}", help="where built base models are cached")
+
+    def validate(self) -> None:
+        """Every section's own checks, then the ones that span sections. Raises UserError."""
+        if not 0 <= self.seed <= 2**32 - 1:
+            raise UserError(f"seed={self.seed} must be in [0, 2**32 - 1]")
+        for section in (self.env, self.model, self.algorithm, self.rollout, self.diagnostics, self.trainer, self.logger):
+            section.validate()
+        self.filter.validate(group_size=self.rollout.group_size)  # some scores need >= 2 rollouts per prompt
+        from agentcollapse.config.resolve import algorithm_preset
+
+        algo = algorithm_preset(self.algorithm)
+        if self.rollout.group_size < 2 and algo.advantage in ("grpo", "dr_grpo"):
+            raise UserError(
+                f"algorithm={self.algorithm.name} normalises rewards within a group: set rollout.group_size>=2 (got {self.rollout.group_size})"
+            )
+        for name, spec in self.callbacks.items():
+            if spec is None:
+                continue  # callbacks.<name>=null removes one
+            if not isinstance(spec, dict) or "_target_" not in spec:
+                raise UserError(f"callbacks.{name} must be {{_target_: <class>}}; see conf/callbacks/")

@@ -1,0 +1,119 @@
+"""Hugging Face model and KV-cache helpers shared by decoding (``rollout``) and cross-scoring
+(``diagnostics``): one place that knows how this transformers version names and lays out the cache.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+__all__ = [
+    "KVLayers",
+    "base_model",
+    "cache_from_layers",
+    "cache_kwarg",
+    "eval_no_grad",
+    "forward_params",
+    "layer_tensors",
+    "model_device",
+    "output_cache",
+]
+
+KVLayers = list[tuple[torch.Tensor, torch.Tensor]]
+"""Per-layer (keys, values), each ``[batch, heads, len, head_dim]``."""
+
+
+def base_model(model: torch.nn.Module) -> torch.nn.Module:
+    """The underlying transformers model (unwraps a peft PeftModel)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def forward_params(model: torch.nn.Module) -> set[str]:
+    """Names of the keyword arguments the model's ``forward`` accepts."""
+    try:
+        return set(inspect.signature(base_model(model).forward).parameters)
+    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
+        return set()
+
+
+def cache_kwarg(params: set[str]) -> str:
+    """transformers >= 5.x calls the cache argument ``cache``; older versions ``past_key_values``."""
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def model_device(model: torch.nn.Module) -> torch.device:
+    try:
+        return next(model.parameters()).device
+    except StopIteration:  # pragma: no cover
+        return torch.device("cpu")
+
+
+def output_cache(out: Any) -> Any:
+    """The key/value cache a forward with ``use_cache=True`` returned."""
+    cache = getattr(out, "cache", None)
+    if cache is None:
+        cache = getattr(out, "past_key_values", None)
+    if cache is None:
+        raise RuntimeError("model returned no key/value cache although use_cache=True was passed")
+    return cache
+
+
+@contextmanager
+def eval_no_grad(model: torch.nn.Module) -> Iterator[None]:
+    """Eval mode + no_grad for the duration; every submodule's training flag is restored after."""
+    flags = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        for m, was_training in flags:
+            m.training = was_training
+
+
+def layer_tensors(cache: Any) -> KVLayers:
+    """Per-layer (keys, values) of a filled cache."""
+    if hasattr(cache, "layers"):  # transformers >= 4.56 / 5.x
+        return [(layer.keys, layer.values) for layer in cache.layers]
+    if hasattr(cache, "key_cache"):  # pragma: no cover - older DynamicCache
+        return list(zip(cache.key_cache, cache.value_cache))
+    return [(k, v) for k, v, *_ in cache]  # pragma: no cover - legacy tuples
+
+
+def cache_from_layers(layers: KVLayers, config: Any) -> Any:
+    """A DynamicCache whose layers hold the given keys/values without a copy.
+
+    The forward grows each layer with ``torch.cat`` (new storage), so the given tensors are never
+    written to. Where the cache layout is not the expected one, falls back to the public constructor
+    (which copies the tensors once).
+    """
+    from transformers import DynamicCache
+
+    cache = None
+    if config is not None:
+        try:
+            cache = DynamicCache(config=config)
+        except (TypeError, ValueError, AttributeError):  # pragma: no cover - config-less fallback
+            cache = None
+    try:
+        if cache is not None and len(getattr(cache, "layers", ())) == len(layers):
+            for layer in cache.layers:
+                if type(layer).__name__ != "DynamicLayer":  # sliding windows etc.: use the public path
+                    raise TypeError
+            for layer, (k, v) in zip(cache.layers, layers):
+                layer.lazy_initialization(k, v)
+                layer.keys, layer.values = k, v
+            return cache
+    except (TypeError, AttributeError):  # pragma: no cover - other transformers versions
+        pass
+    if config is not None:
+        try:
+            return DynamicCache(layers, config=config)
+        except (TypeError, ValueError, AttributeError):  # pragma: no cover
+            pass
+    return DynamicCache(layers)

@@ -1,0 +1,127 @@
+"""``train(cfg) -> summary``: the one entry point to a run, shared by the CLI, the sweeper, the
+benchmarks and the tests.
+
+Every run writes a record (config.yaml, metrics.csv, summary.json) to its directory. Config errors raise
+UserError before the directory is touched. Once it is claimed, every way out is recorded in
+summary.json first: ``finished``, ``failed`` (with the reason) or ``interrupted`` (SIGTERM/SIGINT, raised
+as :class:`Interrupted`; ``resume=true run_dir=<dir>`` continues from the last checkpoint and reproduces
+an uninterrupted run's metrics exactly, since per-iteration seeds come from ``seed`` and the iteration
+counter, and checkpoints carry the RNG states and the callbacks' state).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from agentcollapse.config import RunConfig, load_run_config, to_yaml
+from agentcollapse.errors import UserError
+from agentcollapse.records import RunRecorder, read_summary
+from agentcollapse.run import trainer as run_trainer
+from agentcollapse.run.directory import check_writable_dir, checkpoint_iteration, last_checkpoint, prepare_run_dir
+
+__all__ = ["Interrupted", "preflight", "train"]
+
+log = logging.getLogger("agentcollapse")
+
+
+class Interrupted(Exception):
+    """SIGTERM/SIGINT during a run: recorded as ``interrupted``, resumable from the last checkpoint."""
+
+    def __init__(self, signum: int = signal.SIGTERM) -> None:
+        self.signum = int(signum)
+        super().__init__(f"interrupted by {signal.Signals(self.signum).name}")
+
+
+def preflight(cfg: RunConfig, claim_run_dir: bool = True) -> tuple[Path, Path | None] | None:
+    """The checks that touch the disk, before anything heavy: the model cache, then (unless
+    ``claim_run_dir`` is false) the run directory, returning it and the checkpoint to resume from."""
+    if not cfg.model.path and cfg.model.name != "hf":
+        check_writable_dir(Path(cfg.cache_dir).expanduser(), "cache directory", "set cache_dir=<a writable dir> or AGENTCOLLAPSE_CACHE")
+    return prepare_run_dir(cfg.run_dir, cfg.resume) if claim_run_dir else None
+
+
+def train(cfg_in: DictConfig | RunConfig) -> dict[str, Any]:
+    """Build everything from the config, train, and return the run's summary dict."""
+    cfg = load_run_config(cfg_in)
+    run_dir, ckpt = preflight(cfg)  # type: ignore[misc]
+
+    import torch
+    from lightning.pytorch.utilities.exceptions import SIGTERMException
+
+    import lightning as L
+    from agentcollapse.run.quiet import silence_library_noise
+
+    silence_library_noise()
+    torch.set_num_threads(cfg.trainer.num_threads)
+    L.seed_everything(cfg.seed, workers=True, verbose=False)
+    recorder = RunRecorder.resume(run_dir, up_to_step=checkpoint_iteration(ckpt)) if ckpt else RunRecorder(run_dir)
+    recorder.write_config(to_yaml(cfg))
+    recorder.write_summary("running")
+    previous = {}
+    if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
+        previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGINT)}
+    module = None
+    try:
+        module, trainer = run_trainer.build_trainer(cfg, recorder, run_dir)
+        trainer.fit(module, train_dataloaders=run_trainer.iterations(cfg.trainer.max_steps), ckpt_path=str(ckpt) if ckpt else None)
+        reason = module.stop_reason or f"reached trainer.max_steps={cfg.trainer.max_steps}"
+        recorder.write_summary("finished", reason=reason, iteration=module.iteration)
+    except (KeyboardInterrupt, Interrupted, SIGTERMException) as exc:
+        if previous:
+            _ignore_interrupts()  # a second Ctrl+C must not cut the record short (restored in finally)
+        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
+        iteration = module.iteration if module is not None else 0
+        recorder.write_summary("interrupted", reason=_interrupted_reason(signum, iteration, run_dir), iteration=iteration)
+        if isinstance(exc, Interrupted):
+            raise
+        raise Interrupted(signum) from exc
+    except UserError as exc:
+        recorder.write_summary("failed", reason=str(exc))
+        raise
+    except Exception as exc:
+        recorder.write_summary("failed", reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=8))
+        raise
+    except BaseException as exc:  # SystemExit from a library, GeneratorExit, ...
+        recorder.write_summary("failed", reason=f"{type(exc).__name__}: {exc}")
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _close_wandb()
+    return read_summary(run_dir) or {}
+
+
+def _raise_interrupted(signum: int, frame: Any) -> None:
+    raise Interrupted(signum)
+
+
+def _ignore_interrupts() -> None:
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def _interrupted_reason(signum: int, iteration: int, run_dir: Path) -> str:
+    try:
+        resumable = f"resume from iteration {checkpoint_iteration(last_checkpoint(run_dir))} with resume=true run_dir={run_dir}"
+    except UserError:
+        resumable = "no checkpoint was written yet (trainer.checkpoint_every), so start again in a new run_dir"
+    return f"interrupted by {signal.Signals(signum).name} after {iteration} iteration(s); {resumable}"
+
+
+def _close_wandb() -> None:
+    if "wandb" in sys.modules:
+        import wandb
+
+        if wandb.run is not None:
+            try:
+                wandb.finish()
+            except Exception as exc:  # the run record is already written; a dashboard hiccup must not fail it
+                log.warning("wandb.finish failed: %s", exc)

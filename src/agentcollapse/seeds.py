@@ -1,0 +1,63 @@
+"""Every seed of a run in one place: which maps it trains and is evaluated on, and which random
+stream each trajectory samples from.
+
+Seeds are pure functions of the run seed and the iteration counter, never of a global RNG, so a
+resumed run, a benchmark that reproduces iteration 1 and a single-process run all draw the same
+maps and tokens. The ranges never overlap:
+
+- held-out evaluation maps: ``0 .. val_episodes - 1`` (below ``TRAIN_SEED_BASE``);
+- training maps: from ``TRAIN_SEED_BASE``, ``RUN_SEED_STRIDE`` apart per run seed;
+- warm-start demonstration maps: from ``WARM_START_SEED_BASE`` (see ``models.tiny``).
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "RUN_SEED_STRIDE",
+    "TRAIN_SEED_BASE",
+    "VALIDATION_SAMPLE_SEED_BASE",
+    "VALIDATION_SEED_BASE",
+    "WARM_START_SEED_BASE",
+    "rollout_sample_seed",
+    "train_env_seeds",
+    "trajectory_stream_seed",
+    "validation_env_seeds",
+    "validation_sample_seed",
+    "warm_start_env_seed",
+]
+
+VALIDATION_SEED_BASE = 0
+TRAIN_SEED_BASE = 1_000_000  # training maps; held-out validation maps use seeds below this
+RUN_SEED_STRIDE = 10_000_000  # training maps of run seed s start at TRAIN_SEED_BASE + s * stride
+WARM_START_SEED_BASE = 50_000_000  # demonstration maps never overlap training or held-out seeds
+VALIDATION_SAMPLE_SEED_BASE = 12345
+_STREAM_MULTIPLIER = 1_000_003  # a prime, so (seed, index) pairs map to distinct streams
+
+
+def train_env_seeds(run_seed: int, iteration: int, num_prompts: int, rank: int = 0, world_size: int = 1) -> list[int]:
+    """The P training maps of ``iteration`` (0-based) for one rank: each rank gets its own slice."""
+    base = TRAIN_SEED_BASE + run_seed * RUN_SEED_STRIDE + (iteration * world_size + rank) * num_prompts
+    return list(range(base, base + num_prompts))
+
+
+def rollout_sample_seed(run_seed: int, iteration: int, rank: int = 0) -> int:
+    """The sampling seed of one iteration's training rollout (each trajectory derives its own stream)."""
+    return (run_seed * _STREAM_MULTIPLIER + iteration) * 101 + rank
+
+
+def validation_env_seeds(episodes: int) -> list[int]:
+    """The held-out maps: the same for every run, so runs are compared on the same problems."""
+    return list(range(VALIDATION_SEED_BASE, VALIDATION_SEED_BASE + episodes))
+
+
+def validation_sample_seed(run_seed: int) -> int:
+    return VALIDATION_SAMPLE_SEED_BASE + run_seed
+
+
+def trajectory_stream_seed(sample_seed: int, index: int) -> int:
+    """The seed of trajectory ``index``'s own generator: the same whatever batch it is decoded in."""
+    return (sample_seed * _STREAM_MULTIPLIER + index) % (2**63 - 1)
+
+
+def warm_start_env_seed(warm_start_seed: int, episode: int) -> int:
+    return WARM_START_SEED_BASE + warm_start_seed * _STREAM_MULTIPLIER + episode
