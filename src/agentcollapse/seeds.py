@@ -13,6 +13,7 @@ maps and tokens. The ranges never overlap:
 from __future__ import annotations
 
 __all__ = [
+    "MAX_RESAMPLE_ROUNDS",
     "RUN_SEED_STRIDE",
     "TRAIN_SEED_BASE",
     "VALIDATION_SAMPLE_SEED_BASE",
@@ -31,18 +32,32 @@ TRAIN_SEED_BASE = 1_000_000  # training maps; held-out validation maps use seeds
 RUN_SEED_STRIDE = 10_000_000  # training maps of run seed s start at TRAIN_SEED_BASE + s * stride
 WARM_START_SEED_BASE = 50_000_000  # demonstration maps never overlap training or held-out seeds
 VALIDATION_SAMPLE_SEED_BASE = 12345
+MAX_RESAMPLE_ROUNDS = 16  # dynamic sampling: extra rollouts per iteration at most
+RESAMPLE_OFFSET = RUN_SEED_STRIDE // 2  # their maps: the second half of each run seed's range
+RESAMPLE_STREAM_BASE = 2**40  # their sampling streams: far from every regular iteration's
 _STREAM_MULTIPLIER = 1_000_003  # a prime, so (seed, index) pairs map to distinct streams
 
 
-def train_env_seeds(run_seed: int, iteration: int, num_prompts: int, rank: int = 0, world_size: int = 1) -> list[int]:
-    """The P training maps of ``iteration`` (0-based) for one rank: each rank gets its own slice."""
-    base = TRAIN_SEED_BASE + run_seed * RUN_SEED_STRIDE + (iteration * world_size + rank) * num_prompts
+def train_env_seeds(run_seed: int, iteration: int, num_prompts: int, rank: int = 0, world_size: int = 1, attempt: int = 0) -> list[int]:
+    """The P training maps of ``iteration`` (0-based) for one rank: each rank gets its own slice.
+
+    ``attempt`` > 0 numbers the extra rollouts of DAPO's dynamic sampling within the iteration; they
+    draw from the second half of the run's seed range, so they never repeat a regular iteration's maps.
+    """
+    slot = iteration * world_size + rank
+    if attempt == 0:
+        base = TRAIN_SEED_BASE + run_seed * RUN_SEED_STRIDE + slot * num_prompts
+    else:
+        if not 0 < attempt <= MAX_RESAMPLE_ROUNDS:
+            raise ValueError(f"attempt must be in [0, {MAX_RESAMPLE_ROUNDS}], got {attempt}")
+        base = TRAIN_SEED_BASE + run_seed * RUN_SEED_STRIDE + RESAMPLE_OFFSET + (slot * MAX_RESAMPLE_ROUNDS + attempt - 1) * num_prompts
     return list(range(base, base + num_prompts))
 
 
-def rollout_sample_seed(run_seed: int, iteration: int, rank: int = 0) -> int:
+def rollout_sample_seed(run_seed: int, iteration: int, rank: int = 0, attempt: int = 0) -> int:
     """The sampling seed of one iteration's training rollout (each trajectory derives its own stream)."""
-    return (run_seed * _STREAM_MULTIPLIER + iteration) * 101 + rank
+    seed = (run_seed * _STREAM_MULTIPLIER + iteration) * 101 + rank
+    return seed if attempt == 0 else RESAMPLE_STREAM_BASE + seed * (MAX_RESAMPLE_ROUNDS + 1) + attempt
 
 
 def validation_env_seeds(episodes: int) -> list[int]:

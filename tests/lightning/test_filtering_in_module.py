@@ -281,3 +281,44 @@ def test_entropy_and_length_filters_rank_real_rollouts_by_their_feature(make_cfg
     expected = select_groups(group_scores(feature, metric), f.strategy, f.value, f.include_zero, f.top_p_mode, f.selection_eps)
     assert result.selection.groups.tolist() == expected.tolist()
     assert result.metrics["filter/kept_count"] == len(expected)
+
+
+# -- DAPO dynamic sampling ------------------------------------------------------------------------------
+def test_dynamic_sampling_refills_the_batch_with_groups_that_vary(make_cfg, tiny_policy, monkeypatch, tmp_path):
+    # P=3: the first rollout has one varying group (g0), the extra one two more (its g0, g2): the update
+    # trains on exactly those three, and the logged success rate is still the first batch's.
+    cfg = make_cfg("algorithm=dapo", "rollout.num_prompts=3", "trainer.val_every=0", "trainer.max_steps=1")
+    assert cfg.algorithm.dynamic_sampling is True
+    first = _hand_batch(tiny_policy, [[1.0, 0.0, 1.0, 0.0], [1.0] * 4, [0.0] * 4])
+    extra = _hand_batch(tiny_policy, [[0.0, 0.0, 0.5, 0.0], [0.0] * 4, [1.0, 1.0, 0.0, 1.0]])
+    module = AgentRLModule(cfg, tiny_policy)
+    seen = []
+    snr = SNRFilter.from_run_config(cfg)
+    original = snr.on_rollout
+    snr.on_rollout = lambda m, batch, step: (seen.append(batch), original(m, batch, step))[1]
+    rows = _drive(monkeypatch, module, [first, extra], tmp_path, callbacks=[snr])
+    (row,) = rows
+    assert row["rollout/dynamic_sampling_rounds"] == 1 and row["rollout/dynamic_sampling_groups"] == 3
+    assert row["rollout/success_rate"] == pytest.approx(first.successes().mean())
+    trained = seen[0]
+    assert trained.num_prompts == 3
+    assert trained.returns().tolist() == [[1.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.5, 0.0], [1.0, 1.0, 0.0, 1.0]]
+
+
+def test_dynamic_sampling_is_bounded_and_falls_back_when_nothing_varies(make_cfg, tiny_policy, monkeypatch, tmp_path):
+    cfg = make_cfg("algorithm=dapo", "algorithm.max_resample_rounds=2", "trainer.val_every=0", "trainer.max_steps=1")
+    flat = _hand_batch(tiny_policy, EQUAL)
+    module = AgentRLModule(cfg, tiny_policy)
+    (row,) = _drive(monkeypatch, module, [flat, flat, flat], tmp_path)
+    assert row["rollout/dynamic_sampling_rounds"] == 2 and row["rollout/dynamic_sampling_groups"] == 0
+    assert row["rollout/empty_after_filter"] == 0.0 and "actor/grad_norm" in row  # no filter: the flat batch trains
+
+
+def test_dynamic_sampling_draws_new_maps_and_streams():
+    from agentcollapse import seeds
+
+    regular = {s for it in range(50) for s in seeds.train_env_seeds(0, it, 8)}
+    extra = {s for it in range(50) for a in range(1, seeds.MAX_RESAMPLE_ROUNDS + 1) for s in seeds.train_env_seeds(0, it, 8, attempt=a)}
+    assert len(extra) == 50 * seeds.MAX_RESAMPLE_ROUNDS * 8 and not regular & extra
+    streams = {seeds.rollout_sample_seed(0, it, 0, a) for it in range(50) for a in range(seeds.MAX_RESAMPLE_ROUNDS + 1)}
+    assert len(streams) == 50 * (seeds.MAX_RESAMPLE_ROUNDS + 1)

@@ -37,6 +37,7 @@ class AlgorithmPreset:
     use_critic: bool
     gamma: float
     lam: float
+    dynamic_sampling: bool = False  # DAPO: refill the batch with groups whose rewards vary
 
     def __post_init__(self) -> None:
         if self.advantage not in advantage_kinds():
@@ -97,6 +98,7 @@ PRESETS: dict[str, AlgorithmPreset] = {
         use_critic=False,
         gamma=1.0,
         lam=1.0,  # no critic; gamma/lam unused
+        dynamic_sampling=True,  # DAPO: train only on groups whose rewards vary, refilled by more rollouts
         **_COMMON,
     ),
     "ppo": AlgorithmPreset(

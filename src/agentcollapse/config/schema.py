@@ -196,6 +196,8 @@ class AlgorithmConfig:
     entropy_coef: Optional[float] = opt(None, help="weight of the entropy bonus")
     gamma: Optional[float] = opt(None, help="GAE discount (PPO)")
     lam: Optional[float] = opt(None, help="GAE lambda (PPO)")
+    dynamic_sampling: Optional[bool] = opt(None, help="DAPO dynamic sampling: train on groups whose rewards vary, refilled by extra rollouts")
+    max_resample_rounds: int = opt(3, help="dynamic sampling: extra rollout batches per iteration at most (verl's max_num_gen_batches - 1)")
     lr: float = opt(1e-3, help="policy (LoRA) learning rate")
     critic_lr: float = opt(1e-3, help="value-head learning rate (PPO)")
     ppo_epochs: int = opt(1, help="passes over each rollout batch")
@@ -208,6 +210,11 @@ class AlgorithmConfig:
             _finite(f"algorithm.{key}", getattr(self, key))
         for key in ("ppo_epochs", "micro_batch_size", "max_nonfinite_steps"):
             _at_least(f"algorithm.{key}", getattr(self, key), 1)
+        from agentcollapse.seeds import MAX_RESAMPLE_ROUNDS
+
+        _at_least("algorithm.max_resample_rounds", self.max_resample_rounds, 0)
+        if self.max_resample_rounds > MAX_RESAMPLE_ROUNDS:
+            raise UserError(f"algorithm.max_resample_rounds={self.max_resample_rounds} must be <= {MAX_RESAMPLE_ROUNDS}")
         from agentcollapse.config.resolve import algorithm_preset
 
         algorithm_preset(self)  # unknown preset or estimator, or settings the preset rejects -> UserError

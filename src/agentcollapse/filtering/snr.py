@@ -20,10 +20,11 @@ import numpy as np
 
 from agentcollapse.errors import UserError
 from agentcollapse.filtering._arrays import as_1d
-from agentcollapse.filtering.scores import group_scores
+from agentcollapse.filtering.scores import ZERO_TOL, group_scores
 
 __all__ = [
     "BUCKET_MODES",
+    "groups_with_signal",
     "RV_EDGES",
     "SCALE_MODES",
     "interpret_rv_ratio",
@@ -39,6 +40,14 @@ RV_EDGES: tuple[float, ...] = (0.0, 1.0, 2.0, 3.0, 4.0, 5.0)
 
 RV_RATIO_HIGH = 1.0
 RV_RATIO_LOW = 0.5
+
+
+def groups_with_signal(returns: Any) -> np.ndarray:
+    """Indices (ascending) of the groups whose returns are not all equal: the only groups whose
+    group-relative advantages are non-zero. DAPO's dynamic sampling keeps these (verl's
+    ``filter_groups``: std of the group's returns > 0; here > the filter's zero tolerance)."""
+    std = group_scores(returns, "reward_std")
+    return np.nonzero(np.abs(std) > ZERO_TOL)[0].astype(np.int64)
 
 
 def loss_scale(kept: int, total: int, mode: str) -> float:

@@ -26,6 +26,7 @@ from agentcollapse.algorithms import (
 )
 from agentcollapse.config import RunConfig, algorithm_preset
 from agentcollapse.errors import UserError
+from agentcollapse.filtering import groups_with_signal
 from agentcollapse.lightning.hooks import RolloutHook, Selection
 from agentcollapse.models.policy import Policy
 from agentcollapse.rollout.batch import RolloutBatch
@@ -122,9 +123,46 @@ class AgentRLModule(L.LightningModule):
         checkpoint["state_dict"] = {**own, **checkpoint["state_dict"]}
 
     # -- one RL iteration ---------------------------------------------------------------------
-    def train_env_seeds(self, iteration: int) -> list[int]:
+    def train_env_seeds(self, iteration: int, attempt: int = 0) -> list[int]:
         world = max(1, self.trainer.world_size if self._trainer else 1)
-        return seeds.train_env_seeds(self.cfg.seed, iteration, self.cfg.rollout.num_prompts, self.global_rank, world)
+        return seeds.train_env_seeds(self.cfg.seed, iteration, self.cfg.rollout.num_prompts, self.global_rank, world, attempt)
+
+    def collect(self, iteration: int, attempt: int = 0) -> tuple[RolloutBatch, dict[str, float]]:
+        """The training rollout of ``iteration`` (``attempt`` > 0: an extra one of dynamic sampling)."""
+        r = self.cfg.rollout
+        return collect_rollouts(
+            self.policy,
+            self.make_env,
+            self.train_env_seeds(iteration, attempt),
+            r.group_size,
+            r.temperature,
+            r.max_new_tokens,
+            sample_seed=seeds.rollout_sample_seed(self.cfg.seed, iteration, self.global_rank, attempt),
+            generation_batch_size=r.generation_batch_size,
+        )
+
+    def dynamic_sample(self, rollout: RolloutBatch) -> tuple[RolloutBatch, dict[str, float]]:
+        """DAPO's dynamic sampling: keep the groups whose rewards vary and roll out more prompts until P
+        such groups are found or ``algorithm.max_resample_rounds`` extra batches were drawn; the first P
+        found train. Groups without variance carry no task gradient. When no group varies at all, the
+        original batch trains (its advantages are zero; only the regularisers act)."""
+        started = time.perf_counter()
+        target = self.cfg.rollout.num_prompts
+        pool = [rollout.select_groups(groups_with_signal(rollout.returns()))]
+        found, rounds = pool[0].num_prompts, 0
+        while found < target and rounds < self.cfg.algorithm.max_resample_rounds:
+            rounds += 1
+            extra, _ = self.collect(self.iteration, attempt=rounds)
+            pool.append(extra.select_groups(groups_with_signal(extra.returns())))
+            found += pool[-1].num_prompts
+        metrics = {
+            "rollout/dynamic_sampling_rounds": float(rounds),
+            "rollout/dynamic_sampling_groups": float(min(found, target)),
+            "perf/dynamic_sampling_time_s": time.perf_counter() - started,
+        }
+        if found == 0:
+            return rollout, metrics
+        return RolloutBatch.concat(pool).select_groups(range(min(found, target))), metrics
 
     def make_env(self):
         return envs.make(self.cfg.env.name, **dict(self.cfg.env.kwargs))
@@ -156,18 +194,12 @@ class AgentRLModule(L.LightningModule):
             self.log_metrics(0, self.evaluate())  # the warm-start policy, before any update
         started = time.perf_counter()
         metrics: dict[str, float] = {}
-        rollout, perf = collect_rollouts(
-            self.policy,
-            self.make_env,
-            self.train_env_seeds(self.iteration),
-            self.cfg.rollout.group_size,
-            self.cfg.rollout.temperature,
-            self.cfg.rollout.max_new_tokens,
-            sample_seed=seeds.rollout_sample_seed(self.cfg.seed, self.iteration, self.global_rank),
-            generation_batch_size=self.cfg.rollout.generation_batch_size,
-        )
+        rollout, perf = self.collect(self.iteration)
         metrics.update(perf)
-        metrics.update(rollout_metrics(rollout))
+        metrics.update(rollout_metrics(rollout))  # of the first rollout: an unselected sample of the policy
+        if self.algo.dynamic_sampling:
+            rollout, sampled = self.dynamic_sample(rollout)
+            metrics.update(sampled)
         selection, hook_metrics = self.run_hooks(rollout, step)
         metrics.update(hook_metrics)
         metrics["rollout/empty_after_filter"] = float(selection.is_empty)

@@ -56,6 +56,20 @@ class RolloutBatch:
         s = np.array([t.success for t in self.trajectories], dtype=np.float64)
         return s.reshape(self.num_prompts, self.group_size)
 
+    @staticmethod
+    def concat(batches: list[RolloutBatch]) -> RolloutBatch:
+        """One batch holding every group of ``batches`` in order (groups renumbered 0..P-1)."""
+        if not batches:
+            raise ValueError("concat needs at least one batch")
+        size = batches[0].group_size
+        if any(b.group_size != size for b in batches):
+            raise ValueError("every batch must have the same group size")
+        trajs, offset = [], 0
+        for b in batches:
+            trajs += [Trajectory(group=t.group + offset, env_seed=t.env_seed, turns=t.turns, success=t.success) for t in b.trajectories]
+            offset += b.num_prompts
+        return RolloutBatch(trajectories=trajs, num_prompts=offset, group_size=size)
+
     def select_groups(self, groups: list[int] | np.ndarray) -> RolloutBatch:
         """A batch holding only the given prompt groups (renumbered 0..len-1, order kept)."""
         groups = [int(g) for g in groups]
