@@ -15,6 +15,7 @@ ROOT = Path(agentcollapse.__file__).parent
 LAYERS = {
     "cli": 7,
     "run": 6,
+    "sweep": 6,
     "analysis": 6,
     "lightning": 5,
     "config": 4,

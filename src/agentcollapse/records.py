@@ -2,7 +2,10 @@
 
 A run directory holds ``config.yaml`` (resolved), ``metrics.csv`` (one row per logged step, a ``step``
 column, one column per metric) and ``summary.json`` (``status`` running/finished/failed/interrupted,
-``reason``, ``final`` and ``peak`` metric dicts). Every write goes to a temporary file that is then
+``reason``, ``final``, ``peak`` and ``peak_after_update`` metric dicts). ``peak`` is the best value over
+every row, the step-0 evaluation of the warm-start policy included; ``peak_after_update`` leaves step 0
+out, so it says what training reached (a run that only got worse has the warm start's value in ``peak``
+but not here; sweeps rank trials by it). Every write goes to a temporary file that is then
 renamed over the old one, so a crash never leaves a half-written record.
 """
 
@@ -86,20 +89,25 @@ class RunRecorder:
             writer.writerow({k: (int(v) if k == "step" else repr(float(v))) for k, v in row.items()})
         atomic_write_text(self.run_dir / "metrics.csv", buf.getvalue())
 
-    def final_and_peak(self) -> tuple[dict[str, float], dict[str, float]]:
+    def final_and_peak(self) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+        """The last value of every metric, its best value, and its best value after step 0 (the
+        evaluation before any update)."""
         final: dict[str, float] = {}
         peak: dict[str, float] = {}
+        after: dict[str, float] = {}
         for row in self.rows:
             for k, v in row.items():
                 if k == "step" or v is None or (isinstance(v, float) and math.isnan(v)):
                     continue
                 final[k] = v
                 peak[k] = max(peak.get(k, -math.inf), v)
-        return final, peak
+                if row.get("step", 0) >= 1:
+                    after[k] = max(after.get(k, -math.inf), v)
+        return final, peak, after
 
     def write_summary(self, status: str, reason: str = "", **extra: Any) -> None:
         assert status in STATUSES, status
-        final, peak = self.final_and_peak()
+        final, peak, after = self.final_and_peak()
         summary = {
             "status": status,
             "reason": reason,
@@ -108,6 +116,7 @@ class RunRecorder:
             "wall_time_s": round(time.time() - self.started, 2),
             "final": final,
             "peak": peak,
+            "peak_after_update": after,
             **extra,
         }
         atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))

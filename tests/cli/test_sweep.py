@@ -1,5 +1,7 @@
-"""The main job end to end: `agentcollapse train -m` with the sweep grid, real wandb in offline mode."""
+"""The main job end to end: `agentcollapse train -m` with our Optuna sweeper (study.db, trials.csv, a
+crashed trial recorded, resume), real wandb in offline mode; and multirun + DDP refused up front."""
 
+import csv
 import json
 import os
 import subprocess
@@ -11,12 +13,16 @@ import yaml
 
 from tests.conftest import TINY_OVERRIDES
 
+ROOT = Path(__file__).resolve().parents[2]
+TINY_MODEL = [o for o in TINY_OVERRIDES if o.startswith("model.")]
 
-@pytest.mark.slow
-def test_sweep_grid_writes_one_finished_record_per_trial(cache_dir, tmp_path):
-    sweep_dir = tmp_path / "sweep"
-    overrides = [o for o in TINY_OVERRIDES if not o.startswith(("trainer=", "logger="))]
-    cmd = [
+
+def _env():
+    return {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
+
+
+def sweep_cmd(sweep_dir, cache_dir, *extra, name="smoke"):
+    return [
         sys.executable,
         "-m",
         "agentcollapse.cli.main",
@@ -25,27 +31,54 @@ def test_sweep_grid_writes_one_finished_record_per_trial(cache_dir, tmp_path):
         "--config-dir",
         "sweeps",
         "--config-name",
-        "grid",
-        "env=frozenlake",
-        *overrides,
+        name,
+        *TINY_MODEL,
         f"cache_dir={cache_dir}",
-        "trainer.max_steps=1",
-        "trainer.val_episodes=2",
-        "rollout.num_prompts=2",
-        "rollout.group_size=2",
-        "algorithm.entropy_coef=0.0",
-        "filter.value=0.9",  # pin two axes: 2 trials
+        "trainer.num_threads=1",
         f"hydra.sweep.dir={sweep_dir}",
+        *extra,
     ]
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parents[2], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    summaries = sorted(sweep_dir.glob("*/summary.json"))
-    assert len(summaries) == 2
-    for path in summaries:
-        summary = json.loads(path.read_text())
-        assert summary["status"] == "finished", summary["reason"]
-        assert (path.parent / "metrics.csv").exists() and (path.parent / "config.yaml").exists()
-        assert list(path.parent.glob("wandb/offline-run-*")), "wandb offline run missing"
-    kl = {yaml.safe_load((p.parent / "config.yaml").read_text())["algorithm"]["kl_coef"] for p in summaries}
-    assert kl == {0.0, 0.01}  # the grid really varied kl_coef across trials
+
+
+def trials(sweep_dir):
+    return list(csv.DictReader((Path(sweep_dir) / "trials.csv").open()))
+
+
+@pytest.mark.slow
+def test_sweep_records_every_trial_a_crash_included_and_resumes(cache_dir, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    # kl_coef=-1 fails validation inside its trial: recorded as failed, and the sweep goes on
+    cmd = sweep_cmd(sweep_dir, cache_dir, "algorithm.kl_coef=0.01,-1.0,0.0", "logger=wandb", "logger.wandb.enabled=true")
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (sweep_dir / "study.db").exists() and (sweep_dir / "multirun.yaml").exists()
+    rows = trials(sweep_dir)
+    assert [(r["trial"], r["algorithm.kl_coef"], r["status"]) for r in rows] == [
+        ("0", "0.01", "finished"),
+        ("1", "-1.0", "failed"),
+        ("2", "0.0", "finished"),
+    ]
+    assert "algorithm.kl_coef=-1.0 must be a finite number >= 0" in rows[1]["reason"]
+    assert "trial 1 failed" in proc.stderr and "3/3 done (2 finished, 1 failed, 0 pruned)" in proc.stderr
+    for row in (rows[0], rows[2]):
+        run_dir = Path(row["run_dir"])
+        summary = json.loads((run_dir / "summary.json").read_text())
+        assert summary["status"] == "finished" and row["value"] != ""
+        assert float(row["value"]) == summary["peak_after_update"]["val/success_rate"]
+        assert list(run_dir.glob("wandb/offline-run-*")), "wandb offline run missing"
+        assert yaml.safe_load((run_dir / "config.yaml").read_text())["algorithm"]["kl_coef"] == float(row["algorithm.kl_coef"])
+
+    again = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resumed: 3 done, 0 to run again" in again.stderr and "Launching" not in again.stderr
+    assert len(trials(sweep_dir)) == 3
+
+
+def test_multirun_with_ddp_is_refused_before_anything_runs(tmp_path):
+    for override in ("trainer=ddp", "trainer.strategy=ddp", "trainer.devices=2"):  # the last: the sweeper composes and refuses
+        proc = subprocess.run(
+            sweep_cmd(tmp_path / "s", tmp_path / "c", override), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120
+        )
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert "every DDP rank would run the whole sweep" in proc.stderr and "Traceback" not in proc.stderr
+        assert not (tmp_path / "s").exists()

@@ -2,6 +2,7 @@
 
 Commands:
   train       train one run, or a sweep with -m (Hydra multirun)
+  sweep       a sweep file from sweeps/ with JOBS workers on one study (make sweep; --help)
   base-model  (re)build the tiny warm-started policy for env=... and print its held-out success
   mi-check    roll out one batch and print Std(RV)/Mean(RV) with a reading (METHOD.md section 5)
   doctor      check the environment: versions, cache dir, tiny model build, wandb mode, disk
@@ -16,7 +17,7 @@ import sys
 
 from agentcollapse.errors import UserError
 
-COMMANDS = ("train", "base-model", "mi-check", "doctor")
+COMMANDS = ("train", "sweep", "base-model", "mi-check", "doctor")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -30,6 +31,10 @@ def main(argv: list[str] | None = None) -> None:
             from agentcollapse.cli.train import main as train_main
 
             train_main(rest)
+        elif command == "sweep":
+            from agentcollapse.cli.sweep import sweep
+
+            sweep(rest)
         elif command == "base-model":
             from agentcollapse.cli.tools import base_model
 

@@ -21,7 +21,8 @@ def main(argv: list[str] | None = None) -> None:
     """Hydra entry point; a UserError prints one line and exits 2, with no traceback.
 
     SIGTERM/SIGINT exit with 128 + the signal number after the run is recorded as ``interrupted``.
-    In a multirun a failed trial is recorded and the sweep goes on.
+    In a multirun a failed trial is recorded and the sweep goes on; a DDP trainer is refused (each rank
+    would run the whole sweep).
     """
     import hydra
 
@@ -33,15 +34,20 @@ def main(argv: list[str] | None = None) -> None:
         return
     register_configs()
     try:
+        refuse_multirun_ddp(argv)
         argv = preflight(argv)
     except UserError as exc:
         print_error(exc)
         sys.exit(2)
 
     @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="config")
-    def _task(cfg: DictConfig) -> float:
+    def _task(cfg: DictConfig) -> dict:
+        """One run; returns its summary (a sweeper reads the trial's outcome from it)."""
         from agentcollapse.run import Interrupted, train
 
+        multirun = _in_multirun()
+        if multirun:
+            _refuse_ddp_trial(cfg)
         try:
             summary = train(cfg)
         except Interrupted as exc:
@@ -49,16 +55,15 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(128 + exc.signum)  # a sweep stops too
         except UserError as exc:
             print_error(exc)
-            if _in_multirun():
-                return float("nan")  # a sweep records the failed trial and goes on
+            if multirun:
+                return {"status": "failed", "reason": str(exc)}  # a sweep records the failed trial and goes on
             sys.exit(2)
         except Exception as exc:
-            if not _in_multirun():
+            if not multirun:
                 raise
             print(f"error: trial failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-            return float("nan")
-        peak = summary.get("peak", {})
-        return float(peak.get("val/success_rate", peak.get("rollout/success_rate", float("nan"))))
+            return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
+        return summary
 
     sys.argv = [sys.argv[0], *argv]
     _task()
@@ -82,6 +87,31 @@ def preflight(argv: list[str]) -> list[str]:
     explicit = [a.split("=", 1)[1] for a in argv if a.startswith("run_dir=")]
     run_preflight(compose(argv), claim_run_dir=bool(explicit))
     return [*argv, f"hydra.run.dir={explicit[-1]}"] if explicit else argv
+
+
+def refuse_multirun_ddp(argv: list[str]) -> None:
+    """``-m`` with a DDP trainer on the command line: every rank would run the whole sweep (the sweeper
+    checks the composed trial configs too, and each trial checks itself under any sweeper)."""
+    if not any(a in ("-m", "--multirun") for a in argv):
+        return
+    from agentcollapse.sweep.runner import check_single_process
+
+    for a in argv:
+        key, _, value = a.lstrip("+~").partition("=")
+        if key == "trainer" and "ddp" in value.split(","):
+            check_single_process("ddp", None, f" ({a})")
+        if key == "trainer.strategy" and any(v.startswith("ddp") for v in value.split(",")):
+            check_single_process(value, None, f" ({a})")
+
+
+def _refuse_ddp_trial(cfg: DictConfig) -> None:
+    from agentcollapse.sweep.runner import check_single_process
+
+    try:
+        check_single_process(cfg.trainer.strategy, cfg.trainer.devices)
+    except UserError as exc:
+        print_error(exc)
+        sys.exit(2)  # stops the sweep: every trial would do the same
 
 
 def _in_multirun() -> bool:

@@ -30,6 +30,7 @@ __all__ = [
     "ModelConfig",
     "RolloutConfig",
     "RunConfig",
+    "SweepTrialConfig",
     "TrainerConfig",
     "WandbConfig",
     "WarmStartConfig",
@@ -283,6 +284,13 @@ class DiagnosticsConfig:
     trajectory_replace: bool = opt(False, help="the trajectory sampler draws with replacement (the authors' sampler)")
     grad_buckets_every: int = opt(10, help="grad_buckets callback: at step 1 and every N steps")
     grad_buckets_mode: str = opt("quantile", help="RV buckets: quantile (6 equal-count) | fixed_rv (the authors' fixed reward-std edges)")
+    early_stop_metric: str = opt(
+        "collapse_first_turn_sample/retrieval_above_chance",
+        help="collapse_early_stopping callback and the sweep's collapse pruner: the input-dependence metric they watch",
+    )
+    early_stop_threshold: float = opt(0.05, help="collapsed when the metric stays below this (retrieval above chance: 0 = chance)")
+    early_stop_patience: int = opt(2, help="consecutive proxy steps below the threshold before the run stops")
+    early_stop_min_step: int = opt(1, help="readings before this iteration are ignored")
 
     def validate(self) -> None:
         from agentcollapse.filtering import BUCKET_MODES
@@ -290,6 +298,10 @@ class DiagnosticsConfig:
         _at_least("diagnostics.first_turn_samples", self.first_turn_samples, 0)
         _one_of("diagnostics.grad_buckets_mode", self.grad_buckets_mode, tuple(BUCKET_MODES))
         _at_least("diagnostics.compute_freq", self.compute_freq, 0)
+        _at_least("diagnostics.early_stop_patience", self.early_stop_patience, 1)
+        _at_least("diagnostics.early_stop_min_step", self.early_stop_min_step, 0)
+        if isinstance(self.early_stop_threshold, bool) or not math.isfinite(float(self.early_stop_threshold)):
+            raise UserError(f"diagnostics.early_stop_threshold={self.early_stop_threshold} must be a finite number")
         _at_least("diagnostics.score_batch_size", self.score_batch_size, 1)
         _at_least("diagnostics.trajectory_samples", self.trajectory_samples, 0)
         _at_least("diagnostics.grad_buckets_every", self.grad_buckets_every, 1)
@@ -341,6 +353,19 @@ class LoggerConfig:
 
 
 @dataclass
+class SweepTrialConfig:
+    """Set by the sweeper for each trial it launches (``hydra.sweeper``); a plain run leaves it empty."""
+
+    storage: Optional[str] = opt(None, help="the sweep's Optuna storage URL (sqlite:///<sweep dir>/study.db by default)")
+    study_name: str = opt("sweep", help="the sweep's study in that storage")
+    trial: int = opt(-1, help="this run's trial number in the study (-1: not a sweep trial)")
+
+    def validate(self) -> None:
+        if self.trial >= 0 and not self.storage:
+            raise UserError(f"sweep.trial={self.trial} needs sweep.storage=<the study's storage URL>")
+
+
+@dataclass
 class RunConfig:
     env: EnvConfig = opt(factory=EnvConfig, help="the environment")
     model: ModelConfig = opt(factory=ModelConfig, help="the policy")
@@ -351,6 +376,7 @@ class RunConfig:
     trainer: TrainerConfig = opt(factory=TrainerConfig, help="iterations, evaluation, devices")
     logger: LoggerConfig = opt(factory=LoggerConfig, help="loggers besides the run record")
     callbacks: dict[str, Any] = opt(factory=dict, help="what watches and what intervenes: {name: {_target_: class}} (callbacks=<preset>)")
+    sweep: SweepTrialConfig = opt(factory=SweepTrialConfig, help="the trial's place in a sweep (set by the sweeper)")
     seed: int = opt(0, help="run seed: training maps, sampling streams, LoRA init")
     run_dir: str = opt("runs/${env.name}/${algorithm.name}/${now:%Y-%m-%d_%H-%M-%S}", help="the run's record directory")
     resume: bool = opt(False, help="continue the run in run_dir from its last checkpoint")
@@ -360,7 +386,7 @@ class RunConfig:
         """Every section's own checks, then the ones that span sections. Raises UserError."""
         if not 0 <= self.seed <= 2**32 - 1:
             raise UserError(f"seed={self.seed} must be in [0, 2**32 - 1]")
-        for section in (self.env, self.model, self.algorithm, self.rollout, self.diagnostics, self.trainer, self.logger):
+        for section in (self.env, self.model, self.algorithm, self.rollout, self.diagnostics, self.trainer, self.logger, self.sweep):
             section.validate()
         self.filter.validate(group_size=self.rollout.group_size)  # some scores need >= 2 rollouts per prompt
         from agentcollapse.config.resolve import algorithm_preset

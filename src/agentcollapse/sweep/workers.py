@@ -1,0 +1,142 @@
+"""``agentcollapse sweep``: run a sweep file with JOBS worker processes on one study.
+
+Each worker is ``agentcollapse train -m --config-dir sweeps --config-name <name>`` on the same
+``hydra.sweep.dir``, so they share its ``study.db`` (or the PostgreSQL storage the sweep file names):
+each asks for the next trial, runs it, and tells its outcome. The machine's cores are split evenly:
+every worker's runs get ``trainer.num_threads = cores // JOBS`` (at least 1) and ``OMP_NUM_THREADS``
+to match. With JOBS > 1 the tiny base model is built (or found in the cache) once before the workers
+start, so they do not build it side by side, and every output line is prefixed with its worker.
+Giving an existing sweep directory resumes it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from agentcollapse.errors import UserError
+
+__all__ = ["available_cores", "default_sweep_dir", "run_workers", "worker_command"]
+
+WORKER_ENV = "AGENTCOLLAPSE_SWEEP_WORKER"
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def default_sweep_dir(name: str, overrides: list[str]) -> str:
+    env = next((o.split("=", 1)[1] for o in overrides if o.startswith("env=")), "frozenlake")
+    return f"multirun/{env}/{name}-{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+
+
+def worker_command(name: str, overrides: list[str], sweep_dir: str, threads: int, config_dir: str = "sweeps") -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "agentcollapse.cli.main",
+        "train",
+        "-m",
+        "--config-dir",
+        config_dir,
+        "--config-name",
+        name,
+        f"hydra.sweep.dir={sweep_dir}",
+        f"trainer.num_threads={threads}",
+        *overrides,
+    ]
+
+
+def _check_sweep_file(name: str, config_dir: str) -> None:
+    if not (Path(config_dir) / f"{name}.yaml").exists():
+        found = sorted(p.stem for p in Path(config_dir).glob("*.yaml"))
+        raise UserError(f"no sweep {name!r} in {config_dir}/; sweeps: {', '.join(found) or 'none'} (make sweep SWEEP=<name>)")
+
+
+def _build_base_model(overrides: list[str]) -> None:
+    """Build the tiny policy for these overrides once (cached), before workers would race to build it."""
+    from agentcollapse.config import compose
+    from agentcollapse.models.policy import load_policy
+
+    plain = [
+        o for o in overrides if o.split("=", 1)[0].lstrip("+") in ("env", "cache_dir", "seed") or o.startswith(("model.", "model=", "env."))
+    ]
+    plain = [o for o in plain if "," not in o.split("=", 1)[-1]]  # a swept value is each trial's own
+    cfg = compose(plain)
+    if cfg.model.name == "tiny" and not cfg.model.path:
+        load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
+
+
+def _pump(stream, prefix: str) -> None:
+    for line in iter(stream.readline, ""):
+        sys.stderr.write(prefix + line)
+        sys.stderr.flush()
+    stream.close()
+
+
+def run_workers(
+    name: str,
+    overrides: list[str],
+    jobs: int = 1,
+    sweep_dir: str | None = None,
+    config_dir: str = "sweeps",
+    cores: int | None = None,
+) -> int:
+    """Run the sweep with ``jobs`` workers and return the exit status (the worst worker's)."""
+    if jobs < 1:
+        raise UserError(f"JOBS={jobs} must be >= 1")
+    _check_sweep_file(name, config_dir)
+    cores = cores or available_cores()
+    threads = max(1, cores // jobs)
+    sweep_dir = sweep_dir or default_sweep_dir(name, overrides)
+    resuming = (Path(sweep_dir) / "study.db").exists() or (Path(sweep_dir) / "trials.csv").exists()
+    print(
+        f"sweep {name}: {sweep_dir} ({'resuming' if resuming else 'new'}), {jobs} worker(s) x {threads} thread(s) on {cores} core(s); "
+        f"resume with: make sweep SWEEP={name} JOBS={jobs} DIR={sweep_dir}",
+        file=sys.stderr,
+        flush=True,
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    cmd = worker_command(name, overrides, sweep_dir, threads, config_dir)
+    if jobs == 1:
+        return subprocess.call(cmd, env={**env, WORKER_ENV: "w1"})
+    _build_base_model(overrides)
+    procs: list[subprocess.Popen] = []
+    pumps: list[threading.Thread] = []
+
+    def forward(signum: int, frame: object) -> None:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for i in range(jobs):
+            proc = subprocess.Popen(
+                cmd,
+                env={**env, WORKER_ENV: f"w{i + 1}"},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                bufsize=1,
+                start_new_session=True,  # a terminal's Ctrl+C reaches them through us, once
+            )
+            procs.append(proc)
+            pump = threading.Thread(target=_pump, args=(proc.stdout, f"[w{i + 1}] "), daemon=True)
+            pump.start()
+            pumps.append(pump)
+        codes = [p.wait() for p in procs]
+        for pump in pumps:
+            pump.join(timeout=5)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return max(codes, key=lambda c: (c != 0, abs(c)))

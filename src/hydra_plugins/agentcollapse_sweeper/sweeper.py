@@ -1,0 +1,83 @@
+"""``hydra/sweeper=agentcollapse``: a Hydra sweeper whose sweep is an Optuna study on disk.
+
+Select it in a sweep file (``sweeps/grid.yaml``)::
+
+    defaults:
+      - config
+      - override hydra/sweeper: agentcollapse
+      - _self_
+    hydra:
+      sweeper:
+        sampler: grid          # grid | tpe | random
+        params:
+          algorithm.kl_coef: 0.0,0.01
+          seed: 0,1
+
+The work is in :mod:`agentcollapse.sweep` (this module only holds the config and the launcher), so it
+is tested like the rest of the package. ``study.db`` and ``trials.csv`` land in ``hydra.sweep.dir``
+beside one run directory per trial; running the same command on the same ``hydra.sweep.dir`` resumes.
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.config_store import ConfigStore
+from hydra.plugins.sweeper import Sweeper
+from omegaconf import DictConfig, OmegaConf
+
+
+@dataclass
+class AgentCollapseSweeperConf:
+    _target_: str = "hydra_plugins.agentcollapse_sweeper.sweeper.AgentCollapseSweeper"
+    # grid: every combination of the params, each once; tpe / random: n_trials draws from the params
+    sampler: str = "grid"
+    n_trials: Optional[int] = None
+    # Optuna storage URL; null = sqlite:///<hydra.sweep.dir>/study.db (PostgreSQL to share across machines)
+    storage: Optional[str] = None
+    study_name: str = "sweep"
+    direction: str = "maximize"
+    # the value of a trial: summary.json's <summary_key>[<objective>]
+    objective: str = "val/success_rate"
+    summary_key: str = "peak_after_update"
+    seed: int = 0
+    # trials handed to the launcher at once (hydra/launcher=submitit_local runs a batch in parallel)
+    batch_size: int = 1
+    # a running trial's worker proves it is alive this often; 3x silent = lost, run again on resume
+    heartbeat_s: int = 30
+    # {name: none} | {name: median, ...} | {name: collapse, metric, threshold, patience, ...}
+    pruner: dict[str, Any] = field(default_factory=lambda: {"name": "none"})
+    params: Optional[dict[str, str]] = None
+
+
+ConfigStore.instance().store(group="hydra/sweeper", name="agentcollapse", node=AgentCollapseSweeperConf, provider="agentcollapse")
+
+
+class AgentCollapseSweeper(Sweeper):
+    def __init__(self, params: Optional[dict[str, str]] = None, pruner: Any = None, **settings: Any) -> None:
+        super().__init__()
+        self.params = dict(params or {})
+        pruner = OmegaConf.to_container(pruner, resolve=True) if isinstance(pruner, DictConfig) else pruner
+        self.settings = {**settings, "pruner": dict(pruner or {"name": "none"})}
+        self.hydra_context: Any = None
+        self.config: Optional[DictConfig] = None
+        self.launcher: Any = None
+
+    def setup(self, *, hydra_context: Any, task_function: Any, config: DictConfig) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.hydra_context = hydra_context
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(hydra_context=hydra_context, task_function=task_function, config=config)
+
+    def sweep(self, arguments: list[str]) -> Any:
+        import sys
+
+        from agentcollapse.errors import UserError
+        from agentcollapse.sweep.runner import run_sweep
+        from agentcollapse.sweep.study import SweepSettings
+
+        try:
+            return run_sweep(self.hydra_context, self.config, self.launcher, self.params, SweepSettings(**self.settings), list(arguments))
+        except UserError as exc:
+            print("error: " + " ".join(str(exc).split()), file=sys.stderr)
+            sys.exit(2)

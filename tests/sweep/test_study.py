@@ -1,0 +1,111 @@
+"""The study behind a sweep, without training: grid points run once, outcomes come from run records,
+trials.csv is the table, and a resume skips what is done and runs again what was interrupted."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from agentcollapse.errors import UserError
+from agentcollapse.records import RunRecorder
+from agentcollapse.sweep.space import parse_space
+from agentcollapse.sweep.study import Outcome, SweepSettings, SweepStudy
+
+
+def _record(run_dir, status, rows=((0, 0.6), (5, 0.7), (10, 0.65)), reason=""):
+    rec = RunRecorder(run_dir)
+    for step, value in rows:
+        rec.log(step, {"val/success_rate": value})
+    rec.write_summary(status, reason=reason)
+
+
+def _study(tmp_path, **settings):
+    space = parse_space({"algorithm.kl_coef": "0.0,0.01", "seed": "0,1"}, ["env=frozenlake"])
+    return SweepStudy(SweepSettings(**settings), tmp_path / "sweep", space, worker="t").open()
+
+
+def _table(study):
+    return list(csv.DictReader((study.sweep_dir / "trials.csv").open()))
+
+
+def test_peak_after_update_leaves_the_step0_evaluation_out(tmp_path):
+    _record(tmp_path / "r", "finished", rows=((0, 0.9), (5, 0.7), (10, 0.8)))
+    import json
+
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["peak"]["val/success_rate"] == 0.9
+    assert summary["peak_after_update"]["val/success_rate"] == 0.8
+    assert Outcome.from_run(tmp_path / "r", SweepSettings()).value == 0.8
+
+
+def test_grid_runs_every_point_once_and_records_crashes(tmp_path):
+    study = _study(tmp_path)
+    assert (study.sweep_dir / "study.db").exists() and study.total() == 4
+    seen = []
+    while (got := study.ask()) is not None:
+        trial, params = got
+        seen.append(tuple(params.values()))
+        run_dir = study.trial_dir(trial.number)
+        if trial.number == 1:
+            _record(run_dir, "failed", rows=((0, 0.6),), reason="RuntimeError: boom")
+        elif trial.number == 2:
+            pass  # a config error: no record at all
+        else:
+            _record(run_dir, "finished")
+        study.tell(trial, Outcome.from_run(run_dir, study.settings, error="UserError: bad value" if trial.number == 2 else ""))
+    study.write_csv()
+    assert sorted(seen) == sorted([("0.0", "0"), ("0.0", "1"), ("0.01", "0"), ("0.01", "1")])
+    rows = _table(study)
+    assert [r["status"] for r in rows] == ["finished", "failed", "failed", "finished"]
+    assert rows[1]["reason"] == "RuntimeError: boom" and rows[2]["reason"] == "UserError: bad value"
+    assert float(rows[0]["value"]) == 0.7 and rows[0]["algorithm.kl_coef"] and rows[0]["run_dir"].endswith("/0")
+    assert "done: 2 finished, 2 failed" in study.end_line()
+    assert "4/4 done" in study.progress_line(trial, Outcome("finished", 0.7))
+
+
+def test_resume_skips_finished_trials_and_reruns_interrupted_ones(tmp_path):
+    study = _study(tmp_path)
+    trial, _ = study.ask()
+    _record(study.trial_dir(trial.number), "finished")
+    study.tell(trial, Outcome.from_run(study.trial_dir(trial.number), study.settings))
+    trial, params = study.ask()
+    _record(study.trial_dir(trial.number), "interrupted", reason="interrupted by SIGINT")
+    study.tell(trial, Outcome.from_run(study.trial_dir(trial.number), study.settings))
+    study.ask()  # a worker that vanished mid-trial: RUNNING forever, no heartbeat
+
+    again = _study(tmp_path, heartbeat_s=1)
+    assert again.resumed
+    assert "resumed: 1 done" in again.start_line() and "1 to run again" in again.start_line()
+    numbers = []
+    while (got := again.ask()) is not None:
+        t, p = got
+        numbers.append((t.number, p))
+        _record(again.trial_dir(t.number), "finished")
+        again.tell(t, Outcome.from_run(again.trial_dir(t.number), again.settings))
+    assert [n for n, _ in numbers] == [3, 4]  # the last grid point, then the interrupted one again
+    assert numbers[1][1] == params
+    counts = again.counts()
+    assert counts["finished"] == 3 and counts["interrupted"] == 1 and counts["running"] == 1  # the lost one is not stale yet
+
+
+def test_a_different_sweep_in_the_same_directory_is_refused(tmp_path):
+    _study(tmp_path)
+    space = parse_space({"seed": "0,1,2"}, [])
+    with pytest.raises(UserError, match="holds a sweep over"):
+        SweepStudy(SweepSettings(), tmp_path / "sweep", space).open()
+
+
+def test_samplers_count_n_trials(tmp_path):
+    space = parse_space({"algorithm.kl_coef": "interval(0,0.1)", "filter": "none,rv_top_p"}, [])
+    study = SweepStudy(SweepSettings(sampler="tpe", n_trials=3), tmp_path / "s", space).open()
+    asked = 0
+    while (got := study.ask()) is not None:
+        trial, params = got
+        assert 0 <= float(params["algorithm.kl_coef"]) <= 0.1 and params["filter"] in ("none", "rv_top_p")
+        _record(study.trial_dir(trial.number), "finished")
+        study.tell(trial, Outcome.from_run(study.trial_dir(trial.number), study.settings))
+        asked += 1
+    assert asked == 3
+    with pytest.raises(UserError, match="needs hydra.sweeper.n_trials"):
+        SweepSettings(sampler="random").validate()
