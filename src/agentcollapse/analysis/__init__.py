@@ -1,5 +1,34 @@
-"""Reading finished runs: run records into tables, and the paper's correlation table (pure pandas/scipy)."""
+"""Reading finished runs: run records into tidy frames, the Spearman table with intervals and its
+can-it-speak check, the ablation tables, the MI-before-success lag, plots and the report (pure
+pandas/scipy/matplotlib; ``docs/analysis.md``)."""
 
-from agentcollapse.analysis.runs import load_runs, spearman_table
+from agentcollapse.analysis.ablations import filter_metric_table, main_table, quartile_table, slip_table
+from agentcollapse.analysis.correlations import spearman_markdown, spearman_table, target_noise
+from agentcollapse.analysis.lag import lag_summary, lag_table, onset
+from agentcollapse.analysis.plots import plot_forest, plot_grad_buckets, plot_regimes, plot_trajectories
+from agentcollapse.analysis.report import build_tables, write_report, write_tables
+from agentcollapse.analysis.runs import RunSet, SkippedRunsWarning, find_run_dirs, load_runs
 
-__all__ = ["load_runs", "spearman_table"]
+__all__ = [
+    "RunSet",
+    "SkippedRunsWarning",
+    "build_tables",
+    "filter_metric_table",
+    "find_run_dirs",
+    "lag_summary",
+    "lag_table",
+    "load_runs",
+    "main_table",
+    "onset",
+    "plot_forest",
+    "plot_grad_buckets",
+    "plot_regimes",
+    "plot_trajectories",
+    "quartile_table",
+    "slip_table",
+    "spearman_markdown",
+    "spearman_table",
+    "target_noise",
+    "write_report",
+    "write_tables",
+]

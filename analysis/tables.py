@@ -1,0 +1,35 @@
+"""Every table of a sweep as CSV + Markdown (``make tables SWEEP=<dir>``): the Spearman table, the
+quartile / filter-vs-no-filter / filter-metric / slip ablations and the MI-before-success lag.
+
+    .venv/bin/python analysis/tables.py --runs <sweep dir> [--out <dir>]
+
+Writes to ``<out>`` (default ``<first --runs>/analysis``) and prints the Spearman table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from agentcollapse.analysis import load_runs, write_tables  # noqa: E402
+from correlations import add_common, parse_targets  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common(ap)
+    ap.add_argument("--out", default=None, help="output directory (default: <first --runs>/analysis)")
+    args = ap.parse_args(argv)
+    runset = load_runs(args.runs, last_k=args.last_k, at_step=args.at_step)
+    out = Path(args.out or Path(args.runs[0]) / "analysis")
+    paths = write_tables(runset, out, parse_targets(args.target), stat=args.stat, n_boot=args.n_boot, seed=args.seed)
+    print(paths["spearman.md"].read_text())
+    print(f"wrote {len(paths)} files to {out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
