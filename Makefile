@@ -6,6 +6,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ENV ?= frozenlake
 ARGS ?=
+SWEEP ?= grid
+JOBS ?= 2
+DIR ?=
 export PYTHONHASHSEED := 0
 
 .PHONY: help venv lint format test test-fast sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy mi-check doctor smollm2 clean-venv
@@ -38,8 +41,8 @@ test: lint ## lint, then the test suite (slow end-to-end tests included; < 15 mi
 test-fast: $(STAMP) ## run the tests without the slow end-to-end ones
 	$(BIN)/python -m pytest -q -m "not slow"
 
-sweep: $(STAMP) ## the main job: a Hydra multirun grid (kl x entropy x filter rho) on ENV=frozenlake
-	$(BIN)/agentcollapse train -m --config-dir sweeps --config-name grid env=$(ENV) $(ARGS)
+sweep: $(STAMP) ## the main job: sweeps/$(SWEEP).yaml on ENV with JOBS workers (~1 h on 2 cores); DIR=<sweep dir> resumes one
+	$(BIN)/agentcollapse sweep --name $(SWEEP) --jobs $(JOBS) $(if $(DIR),--dir $(DIR),) env=$(ENV) $(ARGS)
 
 train: $(STAMP) ## one training run on ENV=... (extra Hydra overrides in ARGS="...")
 	$(BIN)/agentcollapse train env=$(ENV) $(ARGS)

@@ -8,6 +8,7 @@ sits beside them as under Hydra's basic sweeper.
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 from typing import Any
@@ -97,6 +98,8 @@ def run_sweep(
     _refuse_ddp(hydra_context, config, space)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     OmegaConf.save(config, sweep_dir / "multirun.yaml")
+    # Hydra's launcher logs every job's full override list; the start line above names its axes instead
+    logging.getLogger("hydra._internal.core_plugins.basic_launcher").setLevel(logging.WARNING)
     study = SweepStudy(settings, sweep_dir, space).open()
     study.write_csv()
     _say(study.start_line())
@@ -106,6 +109,8 @@ def run_sweep(
         if not batch:
             break
         overrides = [_trial_overrides(study, space, trial, params) for trial, params in batch]
+        for trial, params in batch:
+            _say(f"[sweep {study.worker}] trial {trial.number} starts: {' '.join(f'{k}={v}' for k, v in params.items()) or '(no axes)'}")
         try:
             with study.heartbeat([trial for trial, _ in batch]):
                 results = launcher.launch(overrides, initial_job_idx=batch[0][0].number)

@@ -263,7 +263,15 @@ class SweepStudy:
         return out
 
     def _trials(self) -> list[Any]:
-        return [t for t in self.study.get_trials(deepcopy=False) if not t.user_attrs.get("stray")]
+        """Every trial of the sweep; not the strays of a grid (see :meth:`ask`), nor a trial another
+        worker has asked for this instant and not yet marked as its own (a stray, or about to be one)."""
+        from optuna.trial import TrialState
+
+        return [
+            t
+            for t in self.study.get_trials(deepcopy=False)
+            if not t.user_attrs.get("stray") and not (t.state == TrialState.RUNNING and STATUS not in t.user_attrs)
+        ]
 
     @staticmethod
     def _status(t: Any) -> str:
@@ -375,8 +383,9 @@ class SweepStudy:
                 "status": self._status(t),
                 "value": "" if t.value is None else repr(float(t.value)),
             }
+            fixed = t.system_attrs.get("fixed_params", {})  # an enqueued trial's values, before it runs
             for key in self.space.keys:
-                row[key] = t.params.get(key, "")
+                row[key] = t.params.get(key, fixed.get(key, ""))
             duration = (t.datetime_complete - t.datetime_start).total_seconds() if t.datetime_complete and t.datetime_start else None
             row.update(
                 {
@@ -424,7 +433,11 @@ class SweepStudy:
         where = "study.db" if self.settings.storage is None else "shared storage"
         kind = f"grid of {len(self.grid)}" if self.settings.sampler == "grid" else f"{self.settings.sampler}, {self.total()} trials"
         again = getattr(self, "requeued_now", 0)
-        resumed = f", resumed: {done} done, {again} to run again" if self.resumed else ""
+        resumed = ""
+        if self.resumed:
+            resumed = f", resumed: {done} done, {again} to run again"
+            if c["running"]:  # another worker's, or one whose worker vanished less than 3 heartbeats ago
+                resumed += f", {c['running']} running elsewhere"
         return (
             f"[sweep {self.worker}] {self.sweep_dir} ({where}): {kind}{resumed}; objective {self._objective_name()} "
             f"({self.settings.direction})"
@@ -434,6 +447,8 @@ class SweepStudy:
         c = self.counts()
         done = c["finished"] + c["failed"] + c["pruned"]
         what = f"{outcome.status}" + (f" {outcome.value:.3f}" if outcome.value is not None else "")
+        axes = " ".join(f"{k}={v}" for k, v in trial.params.items())
+        what += f" [{axes}]" if axes else ""
         if outcome.status in ("failed", "interrupted") and outcome.reason:
             what += f" ({' '.join(outcome.reason.split())[:120]})"
         counts = (
@@ -450,7 +465,7 @@ class SweepStudy:
         remaining = self._remaining() + c["running"]
         eta = ""
         if durations and remaining:
-            workers = max(1, c["running"])
+            workers = max(1, min(remaining, c["running"] + 1))  # the others, and this worker's next trial
             eta = f", ~{format_duration(sum(durations) / len(durations) * remaining / workers)} left"
         return f"[sweep {self.worker}] trial {trial.number} {what} | {counts} | {best_text} | {format_duration(elapsed)} elapsed{eta}"
 

@@ -65,6 +65,9 @@ def _build_base_model(overrides: list[str]) -> None:
     """Build the tiny policy for these overrides once (cached), before workers would race to build it."""
     from agentcollapse.config import compose
     from agentcollapse.models.policy import load_policy
+    from agentcollapse.run.quiet import silence_library_noise
+
+    silence_library_noise()
 
     plain = [
         o for o in overrides if o.split("=", 1)[0].lstrip("+") in ("env", "cache_dir", "seed") or o.startswith(("model.", "model=", "env."))
