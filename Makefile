@@ -11,7 +11,7 @@ JOBS ?= 2
 DIR ?=
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv lint format test test-fast sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy mi-check doctor smollm2 clean-venv
+.PHONY: help venv lint format test test-fast sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy mi-check doctor smollm2 clean-venv tables report
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
@@ -43,6 +43,14 @@ test-fast: $(STAMP) ## run the tests without the slow end-to-end ones
 
 sweep: $(STAMP) ## the main job: sweeps/$(SWEEP).yaml on ENV with JOBS workers (~1 h on 2 cores); DIR=<sweep dir> resumes one
 	$(BIN)/agentcollapse sweep --name $(SWEEP) --jobs $(JOBS) $(if $(DIR),--dir $(DIR),) env=$(ENV) $(ARGS)
+
+tables: $(STAMP) ## a finished sweep's tables, CSV + Markdown, into <dir>/analysis: SWEEP=<sweep dir> (or DIR=), ARGS="--target ..."
+	@test -d "$(or $(DIR),$(SWEEP))" || { echo "make tables: SWEEP=<sweep dir> (e.g. multirun/frozenlake/grid-<time>); '$(or $(DIR),$(SWEEP))' is not a directory" >&2; exit 2; }
+	$(BIN)/python analysis/tables.py --runs $(or $(DIR),$(SWEEP)) $(ARGS)
+
+report: $(STAMP) ## tables, plots and <dir>/report.md of a finished sweep: SWEEP=<sweep dir> (or DIR=)
+	@test -d "$(or $(DIR),$(SWEEP))" || { echo "make report: SWEEP=<sweep dir> (e.g. multirun/frozenlake/grid-<time>); '$(or $(DIR),$(SWEEP))' is not a directory" >&2; exit 2; }
+	$(BIN)/python analysis/report.py --runs $(or $(DIR),$(SWEEP)) $(ARGS)
 
 train: $(STAMP) ## one training run on ENV=... (extra Hydra overrides in ARGS="...")
 	$(BIN)/agentcollapse train env=$(ENV) $(ARGS)

@@ -58,9 +58,11 @@ def write_run(
         row = {"val/success_rate": s, "rollout/success_rate": s, "perf/step_time_s": 1.0 + 0.1 * i}
         row["collapse_trajectory_sample/valid_thinking_rate"] = 0.0 if mi is None or math.isnan(mi[i]) else 0.9
         row["collapse_first_turn_sample/valid_thinking_rate"] = row["collapse_trajectory_sample/valid_thinking_rate"]
-        if mi is not None and not math.isnan(mi[i]):
-            row[MI] = mi[i]
-            row["collapse_trajectory_sample/retrieval_accuracy"] = 0.2 + 0.1 * mi[i]
+        if mi is not None and not math.isnan(mi[i]):  # the whole proxy family moves with the headline one
+            for sampler in ("trajectory_sample", "first_turn_sample"):
+                row[f"collapse_{sampler}/mi_zscore_ema"] = mi[i]
+                row[f"collapse_{sampler}/mi_estimate"] = 0.5 * mi[i]
+                row[f"collapse_{sampler}/retrieval_accuracy"] = 0.2 + 0.1 * mi[i]
         if entropy is not None:
             row[ENT] = entropy[i]
             row["actor/entropy"] = entropy[i] / 2
@@ -78,10 +80,13 @@ def write_run(
 
 @pytest.fixture()
 def sweep(tmp_path) -> Path:
+    return make_sweep(tmp_path / "sweep")
+
+
+def make_sweep(root: Path) -> Path:
     """Eight finished runs over kl x entropy x filter whose MI tracks success and entropy does not, one
     finished run that babbled (MI undefined, worst success), and a failed, an interrupted, a running and
     a half-written one."""
-    root = tmp_path / "sweep"
     i = 0
     for kl in (0.0, 0.05):
         for ent in (0.001, 0.05):

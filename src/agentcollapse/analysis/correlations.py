@@ -130,7 +130,7 @@ def spearman_table(
                 col = f"{stat}/{diag}"
                 chance_col = col + "@chance"
                 if col not in part and chance_col not in part:
-                    continue
+                    continue  # not logged by any run (an all-babbling sweep keeps its MI rows: at chance)
                 rho, p, n, lo, hi = _corr(part, col, target, n_boot, seed, level)
                 if chance_col in part:
                     rho_c, p_c, n_c, lo_c, hi_c = _corr(part, chance_col, target, n_boot, seed, level)

@@ -21,7 +21,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from agentcollapse.analysis.lag import onset
+from agentcollapse.analysis.lag import lag_table
 from agentcollapse.analysis.paper import HEADLINE_MI, SUCCESS
 from agentcollapse.analysis.runs import RunSet
 
@@ -80,13 +80,16 @@ def plot_trajectories(
     entropy: str = COND_ENTROPY,
     success: str = SUCCESS,
 ) -> Path:
-    """Three stacked panels against step: ``mi`` (undefined steps at chance, dotted where so),
-    ``entropy`` and ``success``; a triangle marks each run's decline onset."""
+    """Three stacked panels against step: ``mi`` (undefined steps at chance, dotted), ``entropy`` and
+    ``success``; a triangle marks each run's decline onsets as ``lag.lag_table`` defines them."""
     run_ids = list(run_ids) if run_ids is not None else choose_runs(runset)
     h = runset.history
     fig = Figure(figsize=(8, 8.5), layout="constrained")
     axs = fig.subplots(3, 1, sharex=True)
     colours = [f"C{i % 10}" for i in range(len(run_ids))]
+    lags = lag_table(runset, mi=mi, success=success).set_index("run_id")
+    onsets = {(r, mi): lags.loc[r, "mi_onset"] for r in run_ids if r in lags.index}
+    onsets |= {(r, success): lags.loc[r, "success_onset"] for r in run_ids if r in lags.index}
     panels = [
         (axs[0], mi, "MI proxy\n" + mi.split("/")[-1]),
         (axs[1], entropy, "conditional entropy\n(nats/token)"),
@@ -103,11 +106,10 @@ def plot_trajectories(
             if len(plain):
                 ax.plot(plain["step"], plain["value"], marker="o", ms=3, color=colour, lw=1.5, label=label)
             series = chance if len(chance) else plain
-            if metric in (mi, success) and len(series):
-                t = onset(series["step"], series["value"])
-                if math.isfinite(t):
-                    y = float(series.loc[series["step"] == t, "value"].iloc[0])
-                    ax.plot([t], [y], marker="v", ms=9, color=colour, mec="black")
+            t = onsets.get((run_id, metric), math.nan)
+            if math.isfinite(t) and (series["step"] == t).any():
+                y = float(series.loc[series["step"] == t, "value"].iloc[0])
+                ax.plot([t], [y], marker="v", ms=9, color=colour, mec="black")
     for ax, metric, ylabel in panels:
         ax.set_ylabel(ylabel)
         ax.grid(alpha=0.3)
@@ -148,7 +150,7 @@ def plot_regimes(
     sc = ax.scatter(x[defined], y[defined], c=c[defined], cmap="viridis", vmin=vmin, vmax=vmax, s=60, edgecolors="black")
     if chance.any():
         ax.scatter(x[chance], yc[chance], facecolors="none", edgecolors="red", s=70, label="MI undefined (at chance)")
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="center right")
     fig.colorbar(sc, ax=ax, label=success)
     mx, my = float(x[ok].median()), float(yc[ok].median())
     ax.axvline(mx, color="grey", ls="--", lw=1)
