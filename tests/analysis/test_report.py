@@ -62,9 +62,10 @@ def test_report_on_a_sweep_with_no_finished_run(tmp_path):
 
 
 def test_notebook_executes_top_to_bottom_in_a_kernel(sweep, tmp_path, monkeypatch):
-    jupytext = pytest.importorskip("jupytext")
-    nbclient = pytest.importorskip("nbclient")
-    pytest.importorskip("ipykernel")
+    import ipykernel  # noqa: F401  (pinned in requirements.lock: the kernel nbclient starts)
+    import jupytext
+    import nbclient
+
     notebook = jupytext.read(ROOT / "analysis" / "explore.py")
     monkeypatch.setenv("AGENTCOLLAPSE_SWEEP", str(sweep))
     monkeypatch.setenv("AGENTCOLLAPSE_ANALYSIS_OUT", str(tmp_path / "plots"))
