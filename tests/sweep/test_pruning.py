@@ -74,4 +74,4 @@ def test_pruner_settings_are_checked():
     with pytest.raises(UserError, match="unknown hydra.sweeper.pruner.name"):
         build_pruner({"name": "hyperband"})
     with pytest.raises(UserError, match="has no setting"):
-        build_pruner({"name": "median", "threshold": 0.1})
+        build_pruner({"name": "median", "treshold": 0.1})

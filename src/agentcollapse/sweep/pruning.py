@@ -1,10 +1,10 @@
 """Pruning sweep trials: a collapse-aware Optuna pruner, and the callback that reports from inside a trial.
 
-``hydra.sweeper.pruner`` chooses:
+``hydra.sweeper.pruner.name`` chooses (every setting: ``PrunerConf`` in the plugin):
 
-* ``{name: none}`` (default): every trial runs to ``trainer.max_steps``;
-* ``{name: median, n_startup_trials, n_warmup_steps}``: Optuna's median rule on the reported objective;
-* ``{name: collapse, metric, threshold, patience, min_step, median: true|false, ...}``: a trial is
+* ``none`` (default): every trial runs to ``trainer.max_steps``;
+* ``median`` (``n_startup_trials``, ``n_warmup_steps``): Optuna's median rule on the reported objective;
+* ``collapse`` (``metric``, ``threshold``, ``patience``, ``min_step``, ``median``): a trial is
   pruned as soon as :class:`~agentcollapse.diagnostics.early_warning.CollapseRule` says it collapsed
   (its reasoning stopped depending on the input), and otherwise by the median rule (``median: false``
   leaves only the collapse rule).
@@ -27,15 +27,11 @@ from agentcollapse.config import RunConfig
 from agentcollapse.diagnostics.early_warning import DEFAULT_COLLAPSE_METRIC, CollapseRule
 from agentcollapse.errors import UserError
 
-__all__ = ["PRUNERS", "CollapseAwarePruner", "TrialReporter", "build_pruner", "collapse_rule"]
+__all__ = ["KEYS", "PRUNERS", "CollapseAwarePruner", "TrialReporter", "build_pruner", "collapse_rule"]
 
 PRUNERS = ("none", "median", "collapse")
 COLLAPSE_HISTORY = "collapse_history"
-_KEYS = {
-    "none": {"name"},
-    "median": {"name", "n_startup_trials", "n_warmup_steps", "report_metric"},
-    "collapse": {"name", "n_startup_trials", "n_warmup_steps", "report_metric", "metric", "threshold", "patience", "min_step", "median"},
-}
+KEYS = ("name", "report_metric", "n_startup_trials", "n_warmup_steps", "metric", "threshold", "patience", "min_step", "median")
 
 
 def collapse_rule(spec: dict[str, Any]) -> CollapseRule:
@@ -64,11 +60,9 @@ def build_pruner(spec: dict[str, Any] | None, direction: str = "maximize") -> An
     name = spec.get("name", "none")
     if name not in PRUNERS:
         raise UserError(f"unknown hydra.sweeper.pruner.name {name!r}; valid: {', '.join(PRUNERS)}")
-    unknown = set(spec) - _KEYS[name]
+    unknown = set(spec) - set(KEYS)
     if unknown:
-        raise UserError(
-            f"hydra.sweeper.pruner={name} has no setting(s) {', '.join(sorted(unknown))}; valid: {', '.join(sorted(_KEYS[name]))}"
-        )
+        raise UserError(f"hydra.sweeper.pruner has no setting(s) {', '.join(sorted(unknown))}; valid: {', '.join(KEYS)}")
     if name == "none":
         return optuna.pruners.NopPruner()
     median = optuna.pruners.MedianPruner(
@@ -128,7 +122,7 @@ class TrialReporter(L.Callback):
         probe = optuna.load_study(study_name=self.study_name, storage=storage)
         self.spec = dict(probe.user_attrs.get("pruner", {"name": "none"}))
         settings = probe.user_attrs.get("settings", {})
-        self.report_metric = str(self.spec.get("report_metric", settings.get("objective", "val/success_rate")))
+        self.report_metric = str(self.spec.get("report_metric") or settings.get("objective", "val/success_rate"))
         direction = settings.get("direction", "maximize")
         study = optuna.load_study(study_name=self.study_name, storage=storage, pruner=build_pruner(self.spec, direction))
         trial_id = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(self.study_name), self.trial_number)

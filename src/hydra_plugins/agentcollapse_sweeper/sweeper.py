@@ -27,6 +27,21 @@ from omegaconf import DictConfig, OmegaConf
 
 
 @dataclass
+class PrunerConf:
+    # none: every trial runs to the end | median: Optuna's median rule on the reported objective |
+    # collapse: pruned once the MI proxy says the reasoning collapsed, else by the median rule
+    name: str = "none"
+    report_metric: Optional[str] = None  # reported after each iteration that logs it (null: the objective)
+    n_startup_trials: int = 4  # median rule: trials that finish before any is pruned
+    n_warmup_steps: int = 1  # median rule: iterations of each trial before it can be pruned
+    metric: str = "collapse_first_turn_sample/retrieval_above_chance"  # collapse rule: what it reads
+    threshold: float = 0.05  # collapse rule: collapsed below this ...
+    patience: int = 2  # ... for this many proxy steps in a row
+    min_step: int = 1  # collapse rule: readings before this iteration are ignored
+    median: bool = True  # collapse: also the median rule
+
+
+@dataclass
 class AgentCollapseSweeperConf:
     _target_: str = "hydra_plugins.agentcollapse_sweeper.sweeper.AgentCollapseSweeper"
     # grid: every combination of the params, each once; tpe / random: n_trials draws from the params
@@ -44,8 +59,8 @@ class AgentCollapseSweeperConf:
     batch_size: int = 1
     # a running trial's worker proves it is alive this often; 3x silent = lost, run again on resume
     heartbeat_s: int = 30
-    # {name: none} | {name: median, ...} | {name: collapse, metric, threshold, patience, ...}
-    pruner: dict[str, Any] = field(default_factory=lambda: {"name": "none"})
+    # hydra.sweeper.pruner.name=collapse hydra.sweeper.pruner.threshold=0.1 ...
+    pruner: PrunerConf = field(default_factory=PrunerConf)
     params: Optional[dict[str, str]] = None
 
 

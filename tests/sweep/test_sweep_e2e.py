@@ -1,0 +1,64 @@
+"""Sweeps end to end with the tiny model: JOBS=2 workers on a PostgreSQL study, and trials launched
+by hydra/launcher=submitit_local (parallel processes) that the collapse pruner stops from inside."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentcollapse.sweep.workers import available_cores
+from tests.cli.test_sweep import TINY_MODEL, sweep_cmd
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env():
+    return {**os.environ, "WANDB_MODE": "offline", "WANDB_SILENT": "true"}
+
+
+def _rows(sweep_dir):
+    return list(csv.DictReader((Path(sweep_dir) / "trials.csv").open()))
+
+
+@pytest.mark.slow
+def test_two_workers_share_a_postgresql_study(cache_dir, tmp_path, postgres_url):
+    sweep_dir = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "agentcollapse.cli.main", "sweep", "--name", "smoke", "--jobs", "2", "--dir", str(sweep_dir)]
+    cmd += [*TINY_MODEL, f"cache_dir={cache_dir}", f"hydra.sweeper.storage={postgres_url}", "algorithm.kl_coef=0.0,0.01,0.02"]
+    proc = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    threads = max(1, available_cores() // 2)
+    assert f"2 worker(s) x {threads} thread(s)" in proc.stderr
+    assert "[w1] [sweep w1]" in proc.stderr and "[w2] [sweep w2]" in proc.stderr
+    rows = _rows(sweep_dir)
+    assert sorted(r["algorithm.kl_coef"] for r in rows) == ["0.0", "0.01", "0.02"]  # each point once
+    assert all(r["status"] == "finished" for r in rows) and not (sweep_dir / "study.db").exists()
+    for r in rows:
+        assert yaml.safe_load((Path(r["run_dir"]) / "config.yaml").read_text())["trainer"]["num_threads"] == threads
+
+
+@pytest.mark.slow
+def test_submitit_local_runs_a_batch_in_parallel_and_the_pruner_stops_trials(cache_dir, tmp_path):
+    sweep_dir = tmp_path / "sweep"
+    prune_at_once = [  # a "collapse" every trial shows: the plumbing, not the rule (tests/sweep/test_pruning.py)
+        "hydra.sweeper.pruner.name=collapse",
+        "hydra.sweeper.pruner.metric=rollout/response_length",
+        "hydra.sweeper.pruner.threshold=1e9",
+        "hydra.sweeper.pruner.patience=1",
+        "hydra.sweeper.pruner.median=false",
+    ]
+    cmd = sweep_cmd(
+        sweep_dir, cache_dir, "hydra/launcher=submitit_local", "hydra.sweeper.batch_size=2", "trainer.max_steps=3", *prune_at_once
+    )
+    proc = subprocess.run(cmd, cwd=ROOT, env={**_env(), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert (sweep_dir / ".submitit").is_dir()  # the trials ran as submitit jobs
+    rows = _rows(sweep_dir)
+    assert [r["status"] for r in rows] == ["pruned", "pruned"]
+    assert all(r["pruned_at"] == "1" and r["reason"].startswith("pruned by the sweep at iteration 1: collapse:") for r in rows)
