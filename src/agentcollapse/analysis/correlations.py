@@ -225,6 +225,8 @@ def spearman_markdown(table: pd.DataFrame, runset: RunSet | None = None) -> str:
             view["n (at chance)"] = block["n_at_chance"].astype(int)
         view["paper"] = block["paper"]
         out.append(md_table(view))
+        if (block["rho"].isna() & (block["n"] >= 3)).any():
+            out.append("`-`: rho is undefined because the diagnostic or the target is constant across these runs.\n")
         if any_undefined:
             undefined = block[block["n_undefined"] > 0]
             names = ", ".join(f"`{d}` ({int(k)})" for d, k in zip(undefined["diagnostic"], undefined["n_undefined"]))

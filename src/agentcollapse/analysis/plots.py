@@ -63,7 +63,10 @@ def choose_runs(runset: RunSet, n: int = 6, by: str = f"peak/{SUCCESS}") -> list
 
 def _label(runset: RunSet, run_id: str) -> str:
     run = runset.runs.loc[run_id]
-    axes = [a for a in runset.axes if not a.startswith("sweep/")][:4]
+    axes = [a for a in runset.axes if not a.startswith("sweep/")]
+    if "filter" in axes:  # the arm label already says what the filter.* keys do
+        axes = [a for a in axes if not a.startswith("filter.")]
+    axes = axes[:4]
     bits = []
     for a in axes:
         v = run.get(a)
@@ -233,7 +236,10 @@ def plot_forest(table: pd.DataFrame, path: str | Path, group: str = "all") -> Pa
             y = ypos.get(row.diagnostic)
             if y is None:
                 continue
-            if math.isfinite(row.rho):
+            if not math.isfinite(row.rho):
+                why = "n < 3" if row.n < 3 else "constant across runs"
+                ax.text(0.02, y, f"undefined ({why})", fontsize=7, color="grey", va="center")
+            else:
                 lo, hi = row.ci_low, row.ci_high
                 if math.isfinite(lo) and math.isfinite(hi):
                     ax.plot([lo, hi], [y, y], color="black", lw=1.4)
@@ -247,11 +253,18 @@ def plot_forest(table: pd.DataFrame, path: str | Path, group: str = "all") -> Pa
                     ax.plot([row.paper_low, row.paper_high], [y, y], color="red", lw=5, alpha=0.5)
         ax.axvline(0, color="grey", lw=1)
         ax.set_xlim(-1.05, 1.05)
+        ax.set_ylim(-0.7, len(diags) - 0.3)
         ax.set_xlabel("Spearman rho")
         first = block.iloc[0]
         can = first["can_speak"]
         verdict = "cannot speak" if can is False or can == 0 else ("can speak" if can is True or can == 1 else "noise unknown")
-        ax.set_title(f"{target}\nspread {first['target_spread']:.3f} vs noise {first['eval_se']:.3f}: {verdict}", fontsize=9)
+        ax.set_title(
+            f"{target}\nspread {first['target_spread']:.3f} vs noise {first['eval_se']:.3f}: {verdict}",
+            fontsize=9,
+            color="firebrick" if verdict == "cannot speak" else "black",
+        )
+        if verdict == "cannot speak":
+            ax.set_facecolor("#f3eeee")
         ax.grid(alpha=0.3, axis="x")
     axs[0].set_yticks(range(len(diags)), diags, fontsize=7)
     fig.suptitle("o ours with 95% bootstrap CI, [] undefined MI at chance, x / band: paper (RAGEN-2)", fontsize=8)

@@ -78,6 +78,8 @@ def ablation_markdown(tables: dict[str, pd.DataFrame]) -> str:
 
 def lag_markdown(table: pd.DataFrame, summary: dict) -> str:
     out = ["## Does MI fall before success?\n"]
+    counts = ("runs", "both", "mi_only", "success_only", "neither", "mi_first", "same_step", "success_first")
+    summary = {k: int(v) if k in counts else v for k, v in summary.items()}
     if not len(table):
         return out[0] + "_No runs._\n"
     out.append(
