@@ -1,0 +1,46 @@
+"""Every sweep file under sweeps/ composes and its search space parses; the default grid is the one the
+README sizes: >= 24 runs, a true no-filter arm, >= 2 seeds per cell, ranked after the first update."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+import hydra_plugins.agentcollapse_sweeper.sweeper  # noqa: F401  (registers hydra/sweeper=agentcollapse)
+from agentcollapse.config import CONF_DIR, register_configs
+from agentcollapse.sweep.space import parse_space
+from agentcollapse.sweep.study import SweepSettings
+
+SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
+
+
+def _compose(name: str):
+    register_configs()
+    with initialize_config_dir(config_dir=str(SWEEPS), version_base="1.3"):
+        return compose(name, overrides=[f"hydra.searchpath=[file://{CONF_DIR}]"], return_hydra_config=True)
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in SWEEPS.glob("*.yaml")))
+def test_every_sweep_file_composes(name):
+    cfg = _compose(name)
+    sweeper = cfg.hydra.sweeper
+    assert sweeper._target_.endswith("AgentCollapseSweeper")
+    settings = {k: v for k, v in sweeper.items() if k not in ("_target_", "params", "pruner")}
+    SweepSettings(**settings, pruner=dict(sweeper.pruner)).validate()
+    space = parse_space(dict(sweeper.params), [])
+    if sweeper.sampler == "grid":
+        assert space.grid()
+
+
+def test_the_default_grid():
+    cfg = _compose("grid")
+    grid = parse_space(dict(cfg.hydra.sweeper.params), []).grid()
+    assert len(grid) >= 24
+    assert {p["filter"] for p in grid} >= {"none"}  # filter=none: every group trains
+    cells = Counter(tuple(sorted((k, v) for k, v in p.items() if k != "seed")) for p in grid)
+    assert min(cells.values()) >= 2
+    assert cfg.hydra.sweeper.summary_key == "peak_after_update" and cfg.hydra.sweeper.objective == "val/success_rate"
+    assert cfg.trainer.val_every > 0 and cfg.trainer.devices == 1
