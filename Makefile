@@ -11,7 +11,7 @@ JOBS ?= 2
 DIR ?=
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv lint format test test-fast sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy mi-check doctor smollm2 clean-venv tables report
+.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy mi-check doctor smollm2 clean-venv tables report
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
@@ -61,7 +61,10 @@ smoke: $(STAMP) ## a two-iteration run that touches every stage
 base-model: $(STAMP) ## force a rebuild of the tiny warm-started policy for ENV
 	$(BIN)/agentcollapse base-model env=$(ENV) $(ARGS)
 
-bench: bench-rollout bench-filter bench-proxy ## every quick benchmark (bench-learning is separate: ~2 h for 4 x 3 runs)
+bench: bench-iteration bench-rollout bench-filter bench-proxy ## every quick benchmark (bench-learning is separate: ~2 h for 4 x 3 runs)
+
+bench-iteration: $(STAMP) ## one RL iteration vs the code before the performance work, and vs the matmul limit
+	$(BIN)/python benchmarks/bench_iteration.py $(ARGS)
 
 bench-rollout: $(STAMP) ## rollout tokens/s and warm-start held-out success
 	$(BIN)/python benchmarks/bench_rollout.py env=$(ENV) $(ARGS)

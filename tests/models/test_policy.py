@@ -52,3 +52,27 @@ def test_unknown_model_name(make_cfg):
     cfg.model.name = "gpt-17"
     with pytest.raises(UserError, match="valid models: tiny"):
         load_policy(cfg.model, cfg.env, cfg.cache_dir)
+
+
+def test_folded_lora_decodes_like_the_adapter_model_and_follows_its_updates(tiny_policy):
+    from agentcollapse.models.hf import FoldedLoRA
+
+    model = tiny_policy.model
+    ids = torch.randint(0, 50, (2, 9))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.copy_(0.05 * torch.sin(torch.arange(p.numel(), dtype=p.dtype)).reshape(p.shape))
+    base_before = {n: p.detach().clone() for n, p in model.named_parameters() if "lora_" not in n}
+    folded = FoldedLoRA(model)
+    assert not any("lora_" in n for n, _ in folded.model.named_parameters())
+    model.eval()
+    with torch.no_grad():
+        assert torch.allclose(folded.model(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-5)
+        for name, p in model.named_parameters():  # an update moves the adapter
+            if "lora_A" in name:
+                p.add_(0.01)
+        assert not torch.allclose(folded.model(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-5)
+        assert torch.allclose(folded.refresh()(input_ids=ids).logits, model(input_ids=ids).logits, atol=1e-5)
+    assert all(torch.equal(base_before[n], p) for n, p in model.named_parameters() if "lora_" not in n)  # base untouched
+    assert all(not p.requires_grad for p in folded.model.parameters())

@@ -67,3 +67,40 @@ def test_invalid_responses_get_format_penalty_not_a_crash(tiny_policy):
 def test_greedy_is_deterministic(tiny_policy):
     a, b = _roll(tiny_policy, 64, seed=1, temperature=0.0), _roll(tiny_policy, 64, seed=2, temperature=0.0)
     assert [t.turns[0].response_ids for t in a.trajectories] == [t.turns[0].response_ids for t in b.trajectories]
+
+
+def test_mixed_temperatures_in_one_batch_equal_separate_rollouts(tiny_policy):
+    # Validation decodes every temperature in one batch: each row must sample exactly as it would in a
+    # rollout of its own temperature, with the same per-trajectory stream (greedy rows draw no noise).
+    mixed = collect_rollouts(tiny_policy, lambda: envs.make("frozenlake"), [11, 12, 11, 12], 1, [1.0, 1.0, 0.0, 0.0], 12, sample_seed=5)[0]
+    hot = collect_rollouts(tiny_policy, lambda: envs.make("frozenlake"), [11, 12], 1, 1.0, 12, sample_seed=5)[0]
+    greedy = collect_rollouts(tiny_policy, lambda: envs.make("frozenlake"), [11, 12], 1, 0.0, 12, sample_seed=5)[0]
+    rows = [[t.response_ids for t in traj.turns] for traj in mixed.trajectories]
+    assert rows[:2] == [[t.response_ids for t in traj.turns] for traj in hot.trajectories]
+    assert rows[2:] == [[t.response_ids for t in traj.turns] for traj in greedy.trajectories]
+
+
+def test_folded_and_adapter_decoding_agree_greedily(tiny_policy):
+    folded = _roll(tiny_policy, 64, temperature=0.0)
+    tiny_policy.fold_lora_for_decoding = False
+    try:
+        plain = _roll(tiny_policy, 64, temperature=0.0)
+    finally:
+        tiny_policy.fold_lora_for_decoding = True
+    assert [[t.response_ids for t in a.turns] for a in folded.trajectories] == [
+        [t.response_ids for t in a.turns] for a in plain.trajectories
+    ]
+
+
+def test_compacting_the_decoding_batch_changes_no_token(tiny_policy, monkeypatch):
+    # Rows that stop leave the batch (and its KV cache); the others must sample exactly as before.
+    import agentcollapse.rollout.generate as gen
+
+    compacted = _roll(tiny_policy, 64)
+    monkeypatch.setattr(gen, "COMPACT_AT", 10**9)  # never compact
+    full = _roll(tiny_policy, 64)
+    assert [[t.response_ids for t in a.turns] for a in compacted.trajectories] == [
+        [t.response_ids for t in a.turns] for a in full.trajectories
+    ]
+    lengths = {len(t.response_ids) for a in full.trajectories for t in a.turns}
+    assert len(lengths) > 1  # rows did stop at different steps, so compaction happened

@@ -174,6 +174,9 @@ class RolloutConfig:
     temperature: float = opt(1.0, help="sampling temperature of training rollouts")
     max_new_tokens: int = opt(48, help="token budget of one response (one turn)")
     generation_batch_size: int = opt(256, help="live trajectories decoded together")
+    fold_lora: bool = opt(
+        True, help="decode with a copy of the policy whose LoRA adapters are folded into its weights (faster; one more copy of the weights)"
+    )
 
     def validate(self) -> None:
         for key in ("num_prompts", "group_size", "max_new_tokens", "generation_batch_size"):
@@ -197,12 +200,15 @@ class AlgorithmConfig:
     entropy_coef: Optional[float] = opt(None, help="weight of the entropy bonus")
     gamma: Optional[float] = opt(None, help="GAE discount (PPO)")
     lam: Optional[float] = opt(None, help="GAE lambda (PPO)")
-    dynamic_sampling: Optional[bool] = opt(None, help="DAPO dynamic sampling: train on groups whose rewards vary, refilled by extra rollouts")
+    dynamic_sampling: Optional[bool] = opt(
+        None, help="DAPO dynamic sampling: train on groups whose rewards vary, refilled by extra rollouts"
+    )
     max_resample_rounds: int = opt(3, help="dynamic sampling: extra rollout batches per iteration at most (verl's max_num_gen_batches - 1)")
     lr: float = opt(1e-3, help="policy (LoRA) learning rate")
     critic_lr: float = opt(1e-3, help="value-head learning rate (PPO)")
     ppo_epochs: int = opt(1, help="passes over each rollout batch")
-    micro_batch_size: int = opt(32, help="sequences per forward/backward")
+    # 8, not 32: the tiny model's activations then stay in cache (measured 1.5-2x faster updates on CPU)
+    micro_batch_size: int = opt(8, help="sequences per forward/backward (the loss is the same for any size)")
     max_grad_norm: float = opt(1.0, help="gradient clipping norm")
     max_nonfinite_steps: int = opt(5, help="NaN/inf losses in a row before the run stops")
 

@@ -60,7 +60,7 @@ class CollapseDiagnostics(L.Callback):
             started = time.perf_counter()
             out.update(
                 collapse_metrics(
-                    module.model,
+                    module.policy.decoding_model(),  # the folded-LoRA copy: same policy, no adapter overhead
                     module.policy.tokenizer,
                     batch,
                     self.emas,

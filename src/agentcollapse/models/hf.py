@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 __all__ = [
+    "FoldedLoRA",
     "KVLayers",
     "base_model",
     "cache_from_layers",
@@ -117,3 +118,48 @@ def cache_from_layers(layers: KVLayers, config: Any) -> Any:
         except (TypeError, ValueError, AttributeError):  # pragma: no cover
             pass
     return DynamicCache(layers)
+
+
+class FoldedLoRA:
+    """A decoding copy of a LoRA model with every active adapter folded into its weights.
+
+    Decoding needs no gradients, and a LoRA linear costs two extra small matmuls, a scale and an add
+    per call (measured: peft's LoRA forward was a third of the tiny policy's decode time). The copy is
+    a plain model (``W' = W + scale * B @ A``, peft's own ``get_delta_weight``) that :meth:`refresh`
+    brings up to date in place after each update. It holds one more copy of the weights; outputs
+    match the adapter model up to float rounding. A model without adapters is used as it is.
+    """
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        import copy
+
+        from peft.tuners.lora import LoraLayer
+
+        self.source = model
+        self.pairs: list[tuple[Any, torch.nn.Module]] = []
+        base = base_model(model)
+        if not any(isinstance(m, LoraLayer) for m in base.modules()):
+            self.model = model
+            return
+        self.model = copy.deepcopy(base)
+        live = dict(base.named_modules())
+        for name, module in list(self.model.named_modules()):
+            if isinstance(module, LoraLayer):
+                parent_name, _, child = name.rpartition(".")
+                plain = module.base_layer
+                setattr(self.model.get_submodule(parent_name) if parent_name else self.model, child, plain)
+                self.pairs.append((live[name], plain))
+        self.model.requires_grad_(False)
+        self.model.eval()
+        self.refresh()
+
+    @torch.no_grad()
+    def refresh(self) -> torch.nn.Module:
+        """Fold the source's current adapter weights in; returns the decoding model."""
+        for lora, plain in self.pairs:
+            weight = lora.base_layer.weight.detach().clone()
+            for adapter in lora.active_adapters:
+                if adapter in lora.lora_A:
+                    weight += lora.get_delta_weight(adapter).to(weight.dtype)
+            plain.weight.copy_(weight)
+        return self.model

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,7 @@ from peft import PeftModel, get_peft_model
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from agentcollapse.errors import UserError
+from agentcollapse.models.hf import FoldedLoRA
 from agentcollapse.models.tiny import build_tiny_policy, load_tokenizer
 
 if TYPE_CHECKING:  # models sit below the config layer: configs are read, never imported
@@ -33,6 +34,17 @@ class Policy:
 
     model: torch.nn.Module
     tokenizer: Any
+    fold_lora_for_decoding: bool = True  # decode with a copy whose adapters are folded in (FoldedLoRA)
+    _folded: Any = field(default=None, init=False, repr=False, compare=False)
+
+    def decoding_model(self) -> torch.nn.Module:
+        """The model rollouts decode with: the policy itself, or its folded-LoRA copy brought up to date."""
+        if not self.fold_lora_for_decoding:
+            return self.model
+        if self._folded is None or self._folded.source is not self.model:
+            self._folded = FoldedLoRA(self.model)
+            return self._folded.model
+        return self._folded.refresh()
 
     @property
     def stop_ids(self) -> set[int]:

@@ -2,7 +2,9 @@
 
 Each sequence draws its noise from its own ``torch.Generator`` (Gumbel-max sampling), so a sequence
 samples the same tokens whether it is decoded alone or inside any batch: rollouts are reproducible
-independent of batch size and of which other trajectories are still alive.
+independent of batch size and of which other trajectories are still alive. A row draws the noise of
+several steps in one call (``NOISE_FLOATS_PER_ROW``); how much it draws depends only on the vocabulary,
+the token budget and when the row itself stops, never on its batch-mates.
 """
 
 from __future__ import annotations
@@ -25,14 +27,22 @@ def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tenso
     return ids, attn
 
 
-def sample_next(logits: torch.Tensor, temperature: float, generators: Sequence[torch.Generator]) -> torch.Tensor:
-    """Greedy at temperature 0, else Gumbel-max with each row's own generator."""
-    if temperature <= 0:
-        return logits.argmax(dim=-1)
-    vocab = logits.shape[-1]
-    noise = torch.stack([torch.rand(vocab, generator=g) for g in generators]).to(logits.device)
-    gumbel = -torch.log(-torch.log(noise.clamp_min(1e-20)))
-    return (logits.float() / temperature + gumbel).argmax(dim=-1)
+# Uniform noise drawn per row at once: up to this many floats (a whole turn for a small vocabulary,
+# one step for a 49k one), so a turn costs one generator call per row instead of one per token.
+NOISE_FLOATS_PER_ROW = 1 << 16
+# Compact the decoding batch once more than 1 / COMPACT_AT of its rows have stopped.
+COMPACT_AT = 4
+
+
+def gumbel_argmax(logits: torch.Tensor, temperatures: torch.Tensor, uniform: torch.Tensor | None) -> torch.Tensor:
+    """Per row: greedy where its temperature is 0, else Gumbel-max sampling with that row's uniform
+    noise (``uniform`` [rows, vocab], read only on sampled rows)."""
+    choice = logits.argmax(dim=-1)
+    sampled = temperatures > 0
+    if uniform is not None and bool(sampled.any()):
+        gumbel = -torch.log(-torch.log(uniform[sampled].clamp_min(1e-20)))
+        choice[sampled] = (logits[sampled].float() / temperatures[sampled, None] + gumbel).argmax(dim=-1)
+    return choice
 
 
 @torch.no_grad()
@@ -40,12 +50,15 @@ def generate(
     model: torch.nn.Module,
     prompts: Sequence[Sequence[int]],
     generators: Sequence[torch.Generator],
-    temperature: float,
+    temperature: float | Sequence[float],
     max_new_tokens: int,
     stop_ids: set[int],
     pad_id: int,
 ) -> list[list[int]]:
-    """Continue every prompt until a stop token (kept) or ``max_new_tokens``; returns new tokens."""
+    """Continue every prompt until a stop token (kept) or ``max_new_tokens``; returns new tokens.
+
+    ``temperature`` is one for all rows or one per row (0 = greedy), so several evaluation
+    temperatures decode in one batch."""
     if not prompts:
         return []
     device = next(model.parameters()).device
@@ -57,18 +70,42 @@ def generate(
     past, logits = output_cache(out), out.logits[:, -1, :]
     last_pos = positions[:, -1:]
     stop = torch.tensor(sorted(stop_ids), device=device)
-    finished = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+    finished = torch.zeros(len(prompts), dtype=torch.bool)
     generated: list[list[int]] = [[] for _ in prompts]
-    for _ in range(max_new_tokens):
-        active = torch.nonzero(~finished).flatten().tolist()
-        # Finished rows draw no noise, so a row's stream never depends on its batch-mates.
-        nxt = torch.full((len(prompts),), pad_id, dtype=torch.long, device=device)
-        nxt[active] = sample_next(logits[active], temperature, [generators[r] for r in active])
-        for row in active:
-            generated[row].append(int(nxt[row]))
-        finished |= torch.isin(nxt, stop)
+    temps = torch.as_tensor(
+        [temperature] * len(prompts) if isinstance(temperature, (int, float)) else list(temperature), dtype=torch.float32
+    )
+    if temps.numel() != len(prompts):
+        raise ValueError(f"{temps.numel()} temperatures for {len(prompts)} prompts")
+    vocab = logits.shape[-1]
+    chunk = max(1, min(max_new_tokens, NOISE_FLOATS_PER_ROW // vocab))
+    noise = torch.empty((len(prompts), chunk, vocab)) if bool((temps > 0).any()) else None
+    rows = torch.arange(len(prompts))  # the prompts still in the decoding batch (it shrinks as they stop)
+    for step in range(max_new_tokens):
+        done_here = finished[rows]
+        if int(done_here.sum()) * COMPACT_AT > len(rows):
+            # Drop stopped rows from the batch and its cache: every later step costs only the live ones.
+            keep = torch.nonzero(~done_here).flatten()
+            past.batch_select_indices(keep.to(device))
+            attn, last_pos, logits, rows = attn[keep.to(device)], last_pos[keep.to(device)], logits[keep.to(device)], rows[keep]
+            done_here = finished[rows]
+        live = torch.nonzero(~done_here).flatten()  # positions in the batch
+        active = rows[live]  # prompt indices
+        if noise is not None and step % chunk == 0:
+            # Only rows still decoding draw, so a row's stream never depends on its batch-mates.
+            span = min(chunk, max_new_tokens - step)
+            for r in active.tolist():
+                if temps[r] > 0:
+                    noise[r, :span] = torch.rand((span, vocab), generator=generators[r])
+        uniform = noise[active, step % chunk].to(logits.device) if noise is not None else None
+        choice = gumbel_argmax(logits[live.to(device)], temps[active].to(logits.device), uniform)
+        for r, token in zip(active.tolist(), choice.tolist()):
+            generated[r].append(token)
+        finished[active] |= torch.isin(choice, stop).cpu()
         if bool(finished.all()):
             break
+        nxt = torch.full((len(rows),), pad_id, dtype=torch.long, device=device)
+        nxt[live.to(device)] = choice
         attn = torch.cat([attn, torch.ones_like(attn[:, :1])], dim=1)
         last_pos = last_pos + 1
         out = model(input_ids=nxt[:, None], attention_mask=attn, position_ids=last_pos, use_cache=True, **{cache_arg: past})

@@ -31,16 +31,22 @@ def collect_rollouts(
     make_env: Callable[[], TextEnv],
     env_seeds: Sequence[int],
     group_size: int,
-    temperature: float,
+    temperature: float | Sequence[float],
     max_new_tokens: int,
     sample_seed: int,
     generation_batch_size: int = 256,
 ) -> tuple[RolloutBatch, dict[str, float]]:
-    """Roll out ``group_size`` trajectories per env seed; returns the batch and timing stats."""
+    """Roll out ``group_size`` trajectories per env seed; returns the batch and timing stats.
+
+    ``temperature`` is one for every trajectory or one per env seed (validation decodes all its
+    temperatures in one batch that way)."""
     started = time.perf_counter()
+    per_seed = [float(temperature)] * len(env_seeds) if isinstance(temperature, (int, float)) else [float(t) for t in temperature]
+    if len(per_seed) != len(env_seeds):
+        raise ValueError(f"{len(per_seed)} temperatures for {len(env_seeds)} env seeds")
     tok = policy.tokenizer
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-    trajectories, live = [], []
+    trajectories, live, temps = [], [], []  # temps: one per trajectory
     for p, seed in enumerate(env_seeds):
         for _ in range(group_size):
             env = make_env()
@@ -48,10 +54,12 @@ def collect_rollouts(
             messages = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": first_user_message(obs)}]
             traj = Trajectory(group=p, env_seed=int(seed))
             live.append((len(trajectories), env, messages, trajectory_generator(sample_seed, len(trajectories))))
+            temps.append(per_seed[p])
             trajectories.append(traj)
     generated_tokens = 0
     was_training = policy.model.training
     policy.model.eval()
+    decoder = policy.decoding_model()
     try:
         while live:
             contexts = [encode(tok, render_context(tok, messages)) for _, _, messages, _ in live]
@@ -59,10 +67,10 @@ def collect_rollouts(
             for start in range(0, len(live), generation_batch_size):
                 chunk = slice(start, start + generation_batch_size)
                 responses += generate(
-                    policy.model,
+                    decoder,
                     contexts[chunk],
                     [g for *_, g in live[chunk]],
-                    temperature,
+                    [temps[index] for index, *_ in live[chunk]],
                     max_new_tokens,
                     policy.stop_ids,
                     pad_id,

@@ -23,6 +23,7 @@ def config_and_policy(overrides: list[str], report: bool = True) -> tuple[RunCon
     torch.set_num_threads(cfg.trainer.num_threads)
     started = time.perf_counter()
     policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
+    policy.fold_lora_for_decoding = cfg.rollout.fold_lora
     if report:
         print(f"policy ready in {time.perf_counter() - started:.1f}s (built or loaded from {cfg.cache_dir})")
     return cfg, policy
