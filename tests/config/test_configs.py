@@ -89,3 +89,23 @@ def test_train_help_prints_every_group_and_field(capsys):
     for key in ("filter.selection_eps", "rollout.group_size", "model.warm_start.steps", "diagnostics.compute_freq"):
         assert key in out
     assert "rv_top_p" in out and "with_grad_buckets" in out and "paper_sokoban" in out
+
+
+@pytest.mark.slow
+def test_a_plain_install_ships_every_config_file(tmp_path):
+    # conf/ is found through the installed package, so a non-editable `pip install .` must carry it.
+    import subprocess
+    import sys
+    import zipfile
+    from pathlib import Path
+
+    from agentcollapse.config import CONF_DIR
+
+    root = Path(CONF_DIR).parents[2]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(root)], check=True
+    )
+    (wheel,) = tmp_path.glob("*.whl")
+    shipped = {n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".yaml")}
+    expected = {f"agentcollapse/conf/{p.relative_to(CONF_DIR)}" for p in Path(CONF_DIR).rglob("*.yaml")}
+    assert expected and expected <= shipped, sorted(expected - shipped)
