@@ -82,3 +82,37 @@ def test_multirun_with_ddp_is_refused_before_anything_runs(tmp_path):
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert "every DDP rank would run the whole sweep" in proc.stderr and "Traceback" not in proc.stderr
         assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.slow
+def test_an_interrupted_sweep_resumes_and_runs_the_interrupted_trial_again(cache_dir, tmp_path):
+    import signal
+    import time
+
+    sweep_dir = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "agentcollapse.cli.main", "sweep", "--name", "smoke", "--dir", str(sweep_dir)]
+    cmd += [*TINY_MODEL, f"cache_dir={cache_dir}", "trainer.num_threads=1", "trainer.max_steps=10", "trainer.val_every=5"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    deadline = time.time() + 300
+    while not (sweep_dir / "0" / "metrics.csv").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)  # trial 0 is training
+    proc.send_signal(signal.SIGINT)  # what Ctrl+C does: `agentcollapse sweep` passes it on to its worker
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+    assert [(r["trial"], r["status"]) for r in trials(sweep_dir)] == [("0", "interrupted"), ("1", "waiting")]
+    assert json.loads((sweep_dir / "0" / "summary.json").read_text())["status"] == "interrupted"
+    assert "resume with the same command" in err
+
+    changed = subprocess.run([*cmd, "trainer.max_steps=5"], cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120)
+    assert changed.returncode == 2 and "was run with other overrides" in changed.stderr, changed.stderr[-2000:]
+
+    again = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resumed: 0 done, 1 to run again" in again.stderr
+    rows = trials(sweep_dir)
+    assert [(r["trial"], r["status"], r["retry_of"]) for r in rows] == [
+        ("0", "interrupted", ""),
+        ("1", "finished", ""),
+        ("2", "finished", "0"),
+    ]
+    assert rows[2]["algorithm.kl_coef"] == rows[0]["algorithm.kl_coef"]

@@ -230,6 +230,16 @@ class SweepStudy:
                 f"{self.sweep_dir} holds a sweep over {json.dumps(stored)}, not {json.dumps(self._space_record())}; "
                 "resume it with the same sweep file and axes, or start a new sweep directory"
             )
+
+        def comparable(fixed: list[str]) -> list[str]:  # the thread split follows JOBS, not the sweep
+            return [o for o in fixed if not o.startswith(("trainer.num_threads=", "hydra."))]
+
+        before, now = comparable(self.study.user_attrs.get("fixed", [])), comparable(list(self.space.fixed))
+        if before != now:
+            raise UserError(
+                f"{self.sweep_dir} was run with other overrides ({' '.join(before) or 'none'}; now {' '.join(now) or 'none'}); "
+                "resume it with the same ones, or start a new sweep directory"
+            )
         was = self.study.user_attrs.get("settings", {}).get("sampler")
         if was and was != self.settings.sampler:
             raise UserError(f"{self.sweep_dir} was a sampler={was} sweep; resume it with the same sampler")
@@ -311,6 +321,8 @@ class SweepStudy:
             trial.set_user_attr("stray", True)
             self.study.tell(trial, state=TrialState.FAIL)
             return None
+        with contextlib.suppress(Exception):  # from now on, a vanished worker's trial goes stale
+            self.study._storage.record_heartbeat(trial._trial_id)
         params = {axis.key: axis.suggest(trial) for axis in self.space.axes}
         trial.set_user_attr(STATUS, "running")
         trial.set_user_attr("worker", self.worker)

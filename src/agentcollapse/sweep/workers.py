@@ -3,9 +3,10 @@
 Each worker is ``agentcollapse train -m --config-dir sweeps --config-name <name>`` on the same
 ``hydra.sweep.dir``, so they share its ``study.db`` (or the PostgreSQL storage the sweep file names):
 each asks for the next trial, runs it, and tells its outcome. The machine's cores are split evenly:
-every worker's runs get ``trainer.num_threads = cores // JOBS`` (at least 1) and ``OMP_NUM_THREADS``
-to match. With JOBS > 1 the tiny base model is built (or found in the cache) once before the workers
+every worker's runs get ``trainer.num_threads = cores // JOBS`` (at least 1; an explicit
+``trainer.num_threads=N`` override wins) and ``OMP_NUM_THREADS`` to match. With JOBS > 1 the tiny base model is built (or found in the cache) once before the workers
 start, so they do not build it side by side, and every output line is prefixed with its worker.
+SIGINT and SIGTERM are passed on to every worker, whose running trial is then recorded as interrupted.
 Giving an existing sweep directory resumes it.
 """
 
@@ -98,7 +99,8 @@ def run_workers(
         raise UserError(f"JOBS={jobs} must be >= 1")
     _check_sweep_file(name, config_dir)
     cores = cores or available_cores()
-    threads = max(1, cores // jobs)
+    explicit = [o.split("=", 1)[1] for o in overrides if o.startswith("trainer.num_threads=")]
+    threads = int(explicit[-1]) if explicit and explicit[-1].isdigit() else max(1, cores // jobs)
     sweep_dir = sweep_dir or default_sweep_dir(name, overrides)
     resuming = (Path(sweep_dir) / "study.db").exists() or (Path(sweep_dir) / "trials.csv").exists()
     print(
@@ -109,9 +111,8 @@ def run_workers(
     )
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     cmd = worker_command(name, overrides, sweep_dir, threads, config_dir)
-    if jobs == 1:
-        return subprocess.call(cmd, env={**env, WORKER_ENV: "w1"})
-    _build_base_model(overrides)
+    if jobs > 1:
+        _build_base_model(overrides)
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
 
@@ -123,19 +124,21 @@ def run_workers(
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         for i in range(jobs):
+            piped = jobs > 1  # one worker writes straight to our stdout/stderr (a live bar stays live)
             proc = subprocess.Popen(
                 cmd,
                 env={**env, WORKER_ENV: f"w{i + 1}"},
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
+                stdout=subprocess.PIPE if piped else None,
+                stderr=subprocess.STDOUT if piped else None,
                 text=True,
                 bufsize=1,
                 start_new_session=True,  # a terminal's Ctrl+C reaches them through us, once
             )
             procs.append(proc)
-            pump = threading.Thread(target=_pump, args=(proc.stdout, f"[w{i + 1}] "), daemon=True)
-            pump.start()
-            pumps.append(pump)
+            if piped:
+                pump = threading.Thread(target=_pump, args=(proc.stdout, f"[w{i + 1}] "), daemon=True)
+                pump.start()
+                pumps.append(pump)
         codes = [p.wait() for p in procs]
         for pump in pumps:
             pump.join(timeout=5)
