@@ -43,6 +43,7 @@ def _check(rows: list[dict]) -> None:
     assert all(float(r["value"]) == float(r["seed"]) for r in rows)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["sqlite", "postgresql"])
 def test_workers_share_one_study(backend, tmp_path, request):
     storage = "-" if backend == "sqlite" else request.getfixturevalue("postgres_url")

@@ -308,7 +308,15 @@ class SweepStudy:
         return max(0, self.total() - (c["finished"] + c["failed"] + c["pruned"] + c["running"] + c["waiting"]))
 
     def ask(self) -> tuple[Any, dict[str, str]] | None:
-        """The next trial and its axis values, or None when the sweep has nothing left to run."""
+        """The next trial and its axis values, or None when the sweep has nothing left to run.
+
+        Workers on one sweep directory take turns (the lock file): SQLite does not lock the row Optuna
+        reads before it marks a waiting trial as running, so two workers could otherwise pop the same
+        one. (PostgreSQL locks the row; workers on other machines rely on that.)"""
+        with self._lock():
+            return self._ask()
+
+    def _ask(self) -> tuple[Any, dict[str, str]] | None:
         from optuna.trial import TrialState
 
         if self.settings.sampler == "grid" and not self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
@@ -317,7 +325,7 @@ class SweepStudy:
             return None
         trial = self.study.ask()
         if self.settings.sampler == "grid" and not trial.user_attrs.get("grid"):
-            # another worker took the last enqueued point between our check and our ask
+            # a worker on another machine (shared storage) took the last point between our check and our ask
             trial.set_user_attr("stray", True)
             self.study.tell(trial, state=TrialState.FAIL)
             return None
