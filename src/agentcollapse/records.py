@@ -52,10 +52,11 @@ def read_summary(run_dir: str | os.PathLike) -> dict[str, Any] | None:
 class RunRecorder:
     """Collects metric rows and keeps ``metrics.csv`` and ``summary.json`` current on disk."""
 
-    def __init__(self, run_dir: str | os.PathLike, rows: list[dict[str, float]] | None = None) -> None:
+    def __init__(self, run_dir: str | os.PathLike, rows: list[dict[str, float]] | None = None, writes: bool = True) -> None:
         self.run_dir = Path(run_dir)
         self.rows: list[dict[str, float]] = list(rows or [])
         self.started = time.time()
+        self.writes = writes  # False on DDP ranks other than 0: one run, one record
 
     @classmethod
     def resume(cls, run_dir: str | os.PathLike, up_to_step: int) -> RunRecorder:
@@ -71,6 +72,8 @@ class RunRecorder:
         return cls(run_dir, rows)
 
     def write_config(self, config_yaml: str) -> None:
+        if not self.writes:
+            return
         atomic_write_text(self.run_dir / "config.yaml", config_yaml)
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -81,6 +84,8 @@ class RunRecorder:
         self._write_csv()
 
     def _write_csv(self) -> None:
+        if not self.writes:
+            return
         columns = ["step"] + sorted({k for row in self.rows for k in row} - {"step"})
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
@@ -107,6 +112,8 @@ class RunRecorder:
 
     def write_summary(self, status: str, reason: str = "", **extra: Any) -> None:
         assert status in STATUSES, status
+        if not self.writes:
+            return
         final, peak, after = self.final_and_peak()
         summary = {
             "status": status,

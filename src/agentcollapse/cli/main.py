@@ -13,6 +13,7 @@ Print the composed config without running: ``agentcollapse train --cfg job``.
 
 from __future__ import annotations
 
+import os
 import sys
 
 from agentcollapse.errors import UserError
@@ -47,6 +48,12 @@ def main(argv: list[str] | None = None) -> None:
             from agentcollapse.run.doctor import doctor
 
             sys.exit(doctor(rest))
+        elif os.environ.get("LOCAL_RANK", "0") != "0":
+            # A DDP rank that Lightning relaunched from `python -m agentcollapse.cli.main train ...`
+            # with the train command's arguments only.
+            from agentcollapse.cli.train import main as train_main
+
+            train_main(argv)
         else:
             raise UserError(f"unknown command {command!r}; commands: {', '.join(COMMANDS)} (see agentcollapse --help)")
     except UserError as exc:

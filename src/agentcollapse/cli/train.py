@@ -8,6 +8,7 @@ number fails in about a second with one line that names the fix, before anything
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from omegaconf import DictConfig
 
@@ -65,7 +66,9 @@ def main(argv: list[str] | None = None) -> None:
             return {"status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
         return summary
 
-    sys.argv = [sys.argv[0], *argv]
+    # Lightning's DDP relaunches every other rank as `python <sys.argv[0]> <sys.argv[1:]>`: point it at
+    # this module (runnable as a script), whose arguments are the train command's own.
+    sys.argv = [str(Path(__file__).resolve()), *argv]
     _task()
 
 

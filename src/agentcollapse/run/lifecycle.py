@@ -12,6 +12,7 @@ counter, and checkpoints carry the RNG states and the callbacks' state).
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -40,6 +41,14 @@ class Interrupted(Exception):
         super().__init__(f"interrupted by {signal.Signals(self.signum).name}")
 
 
+def launched_rank() -> int:
+    """This process's global rank as the launcher set it (torchrun: RANK; Lightning's own relaunch:
+    NODE_RANK and LOCAL_RANK), 0 for a plain single process."""
+    if "RANK" in os.environ:
+        return int(os.environ["RANK"])
+    return int(os.environ.get("NODE_RANK", "0")) * 1000 + int(os.environ.get("LOCAL_RANK", "0"))
+
+
 def preflight(cfg: RunConfig, claim_run_dir: bool = True) -> tuple[Path, Path | None] | None:
     """The checks that touch the disk, before anything heavy: the model cache, then (unless
     ``claim_run_dir`` is false) the run directory, returning it and the checkpoint to resume from."""
@@ -51,7 +60,11 @@ def preflight(cfg: RunConfig, claim_run_dir: bool = True) -> tuple[Path, Path | 
 def train(cfg_in: DictConfig | RunConfig) -> dict[str, Any]:
     """Build everything from the config, train, and return the run's summary dict."""
     cfg = load_run_config(cfg_in)
-    run_dir, ckpt = preflight(cfg)  # type: ignore[misc]
+    if launched_rank() == 0:
+        run_dir, ckpt = preflight(cfg)  # type: ignore[misc]
+    else:  # a DDP rank Lightning relaunched: rank 0 owns the run directory and its record
+        run_dir = Path(cfg.run_dir).expanduser()
+        ckpt = last_checkpoint(run_dir) if cfg.resume else None
 
     import torch
     from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -63,6 +76,7 @@ def train(cfg_in: DictConfig | RunConfig) -> dict[str, Any]:
     torch.set_num_threads(cfg.trainer.num_threads)
     L.seed_everything(cfg.seed, workers=True, verbose=False)
     recorder = RunRecorder.resume(run_dir, up_to_step=checkpoint_iteration(ckpt)) if ckpt else RunRecorder(run_dir)
+    recorder.writes = launched_rank() == 0
     recorder.write_config(to_yaml(cfg))
     recorder.write_summary("running")
     previous = {}

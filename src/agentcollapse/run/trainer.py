@@ -27,6 +27,8 @@ def quiet_trainer_kwargs() -> dict[str, Any]:
         num_sanity_val_steps=0,
         limit_val_batches=0,
         log_every_n_steps=1,
+        # one item per RL iteration on every rank: a DistributedSampler would split the iterations
+        use_distributed_sampler=False,
     )
 
 
