@@ -41,7 +41,7 @@ test: lint ## lint, then the test suite (slow end-to-end tests included; < 15 mi
 test-fast: $(STAMP) ## run the tests without the slow end-to-end ones
 	$(BIN)/python -m pytest -q -m "not slow"
 
-sweep: $(STAMP) ## the main job: sweeps/$(SWEEP).yaml on ENV with JOBS workers (~1 h on 2 cores); DIR=<sweep dir> resumes one
+sweep: $(STAMP) ## the main job: sweeps/$(SWEEP).yaml on ENV with JOBS workers (~50 min on 2 cores); DIR=<sweep dir> resumes one
 	$(BIN)/agentcollapse sweep --name $(SWEEP) --jobs $(JOBS) $(if $(DIR),--dir $(DIR),) env=$(ENV) $(ARGS)
 
 tables: $(STAMP) ## a finished sweep's tables, CSV + Markdown, into <dir>/analysis: SWEEP=<sweep dir> (or DIR=), ARGS="--target ..."

@@ -454,7 +454,9 @@ class SweepStudy:
         kind = f"grid of {len(self.grid)}" if self.settings.sampler == "grid" else f"{self.settings.sampler}, {self.total()} trials"
         again = getattr(self, "requeued_now", 0)
         resumed = ""
-        if self.resumed:
+        if self.resumed and not (done or again or c["interrupted"]):
+            resumed = ", joined"  # another worker created the study a moment ago
+        elif self.resumed:
             resumed = f", resumed: {done} done, {again} to run again"
             if c["running"]:  # another worker's, or one whose worker vanished less than 3 heartbeats ago
                 resumed += f", {c['running']} running elsewhere"
