@@ -16,5 +16,5 @@ def sweep(argv: list[str]) -> None:
     parser.add_argument("--dir", default=None, help="sweep directory; an existing one resumes (default: multirun/<env>/<name>-<time>)")
     parser.add_argument("--config-dir", default="sweeps", help="where sweep files live (default: sweeps)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides for every trial (env=sokoban trainer.max_steps=20 ...)")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)  # flags may follow overrides
     sys.exit(run_workers(args.name, args.overrides, jobs=args.jobs, sweep_dir=args.dir, config_dir=args.config_dir))
