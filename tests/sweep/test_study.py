@@ -109,3 +109,21 @@ def test_samplers_count_n_trials(tmp_path):
     assert asked == 3
     with pytest.raises(UserError, match="needs hydra.sweeper.n_trials"):
         SweepSettings(sampler="random").validate()
+
+
+def test_a_trial_whose_worker_vanished_runs_again_once_its_heartbeat_is_stale(tmp_path):
+    import time
+
+    study = _study(tmp_path, heartbeat_s=1)
+    trial, params = study.ask()  # ... and the worker is killed: no outcome, no more heartbeats
+    time.sleep(5)  # > 3 heartbeats (SQLite keeps whole seconds)
+    again = _study(tmp_path, heartbeat_s=1)
+    assert "1 to run again" in again.start_line()
+    asked = []
+    while (got := again.ask()) is not None:
+        asked.append(got[1])
+        again.tell(got[0], Outcome("finished", 0.5))
+    assert len(asked) == 4 and asked[-1] == params  # the 3 untouched grid points, then the lost one
+    again.write_csv()
+    statuses = [r["status"] for r in _table(again)]
+    assert statuses.count("interrupted") == 1 and statuses.count("finished") == 4
