@@ -91,7 +91,7 @@ def test_an_interrupted_sweep_resumes_and_runs_the_interrupted_trial_again(cache
 
     sweep_dir = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "agentcollapse.cli.main", "sweep", "--name", "smoke", "--dir", str(sweep_dir)]
-    cmd += [*TINY_MODEL, f"cache_dir={cache_dir}", "trainer.num_threads=1", "trainer.max_steps=10", "trainer.val_every=5"]
+    cmd += [*TINY_MODEL, f"cache_dir={cache_dir}", "trainer.num_threads=1", "trainer.max_steps=6", "trainer.val_every=3"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     deadline = time.time() + 300
     while not (sweep_dir / "0" / "metrics.csv").exists() and time.time() < deadline and proc.poll() is None:

@@ -10,6 +10,7 @@ from agentcollapse.config import RunConfig, field_help, group_options
 
 USAGE = """usage: agentcollapse train [group=option ...] [key=value ...]
        agentcollapse train -m [sweep overrides]      (Hydra multirun)
+       agentcollapse sweep --name grid --jobs 2      (a sweep file from sweeps/ with 2 workers: make sweep)
        agentcollapse train --cfg job                 (print the composed config, run nothing)
        agentcollapse train --hydra-help              (Hydra's own flags)
 
