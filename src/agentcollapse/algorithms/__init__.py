@@ -11,6 +11,7 @@ from agentcollapse.algorithms.advantages import (
     grpo_advantages,
     masked_whiten,
     register_adv_est,
+    whiten_across,
 )
 from agentcollapse.algorithms.kl import KL_ESTIMATORS, kl_penalty, register_kl
 from agentcollapse.algorithms.losses import (
@@ -50,6 +51,7 @@ __all__ = [
     "kl_penalty",
     "masked_mean",
     "masked_whiten",
+    "whiten_across",
     "micro_batch_weight",
     "rl_objective",
     "policy_loss",

@@ -19,6 +19,7 @@ __all__ = [
     "grpo_advantages",
     "group_advantages",
     "masked_whiten",
+    "whiten_across",
     "register_adv_est",
 ]
 
@@ -128,6 +129,16 @@ def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float =
     if not shift_mean:
         whitened = whitened + mean
     return whitened * m
+
+
+def whiten_across(values: list[torch.Tensor], masks: list[torch.Tensor]) -> list[torch.Tensor]:
+    """:func:`masked_whiten` over every valid token of several micro-batches of different widths."""
+    flat = masked_whiten(torch.cat([v.reshape(-1) for v in values]), torch.cat([m.reshape(-1) for m in masks]))
+    out, start = [], 0
+    for v in values:
+        out.append(flat[start : start + v.numel()].reshape(v.shape))
+        start += v.numel()
+    return out
 
 
 def compute_group_advantages(name: str, returns: Tensor) -> Tensor:

@@ -20,9 +20,9 @@ from agentcollapse.algorithms import (
     compute_group_advantages,
     entropy_from_logits,
     gae_advantages,
-    masked_whiten,
     micro_batch_weight,
     rl_objective,
+    whiten_across,
 )
 from agentcollapse.config import RunConfig, algorithm_preset
 from agentcollapse.errors import UserError
@@ -420,13 +420,3 @@ def validation_metric_name(temperature: float) -> str:
     if temperature == 0:
         return "val/success_rate_greedy"
     return f"val/success_rate_t{temperature:g}"
-
-
-def whiten_across(values: list[torch.Tensor], masks: list[torch.Tensor]) -> list[torch.Tensor]:
-    """:func:`masked_whiten` over every valid token of several micro-batches of different widths."""
-    flat = masked_whiten(torch.cat([v.reshape(-1) for v in values]), torch.cat([m.reshape(-1) for m in masks]))
-    out, start = [], 0
-    for v in values:
-        out.append(flat[start : start + v.numel()].reshape(v.shape))
-        start += v.numel()
-    return out
