@@ -3,18 +3,25 @@
 Trains the tiny simulator policy (a few seconds on CPU), then for each template weight simulates one
 P x G batch, cross-scores it (first-turn sampler) and prints retrieval accuracy, MI estimate, MI
 z-score, conditional entropy and the chance level. ``--regimes`` also prints the four corners of
-METHOD.md section 2 (diverse / template collapse / compressed / low-entropy collapse).
+METHOD.md section 2 (diverse / template collapse / compressed / low-entropy collapse). ``--out DIR``
+sweeps every weight at diversity 0 and 1 over ``--seeds`` and writes ``simulator.csv`` (one row per
+weight, diversity and seed), ``simulator.md`` (mean and spread per cell) and ``simulator.png``.
 
     .venv/bin/python benchmarks/collapse_simulator_demo.py --help
+    .venv/bin/python benchmarks/collapse_simulator_demo.py --out docs/results --seeds 0 1 2   # docs/results.md
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
+import pandas as pd
 import torch
 
+from agentcollapse.analysis.markdown import md_table
+from agentcollapse.analysis.plots import plot_simulator
 from agentcollapse.diagnostics.simulator import get_scorer, run_simulation
 
 COLUMNS = (
@@ -51,8 +58,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", type=int, default=200, help="training steps of the tiny scorer")
     ap.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     ap.add_argument("--regimes", action="store_true", help="also print the four (weight, diversity) corners")
+    ap.add_argument("--out", type=Path, help="write simulator.csv/.md/.png here (every weight x diversity 0, 1 x --seeds)")
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="simulation seeds for --out (default: 0 1 2)")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.out is not None:
+        write_sweep(args.out, args.weights, args.seeds, args.num_prompts, args.group_size, args.steps)
+        return
 
     t0 = time.perf_counter()
     scorer = get_scorer(args.diversity, steps=args.steps)
@@ -74,6 +86,30 @@ def main(argv: list[str] | None = None) -> None:
                 w, d, num_prompts=args.num_prompts, group_size=args.group_size, seed=args.seed, scorer=get_scorer(d, steps=args.steps)
             )
             print(_row(name, m))
+
+
+def write_sweep(out: Path, weights: list[float], sim_seeds: list[int], num_prompts: int, group_size: int, steps: int) -> None:
+    """Every weight at diversity 0 and 1 over ``sim_seeds``: the CSV, a Markdown summary and the plot."""
+    rows = []
+    for diversity in (0.0, 1.0):
+        scorer = get_scorer(diversity, steps=steps)
+        for w in weights:
+            for seed in sim_seeds:
+                m = run_simulation(w, diversity, num_prompts=num_prompts, group_size=group_size, seed=seed, scorer=scorer)
+                rows.append({"seed": seed, **{k: m[k] for k in ("template_weight", "diversity")}, **{k: m[k] for k, _ in COLUMNS}})
+                print(_row(f"w={w:g} d={diversity:g} s={seed}", m))
+    frame = pd.DataFrame(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(out / "simulator.csv", index=False)
+    cells = frame.groupby(["diversity", "template_weight"])[[k for k, _ in COLUMNS]].agg(["mean", "std"])
+    cells.columns = [f"{k} {stat}" for k, stat in cells.columns]
+    (out / "simulator.md").write_text(
+        f"Template-collapse simulator, P={num_prompts} x G={group_size}, seeds {sim_seeds} (mean and std over seeds):\n\n"
+        + md_table(cells.reset_index())
+        + "\n"
+    )
+    plot_simulator(frame, out / "simulator.png")
+    print(f"wrote {out / 'simulator.csv'}, simulator.md, simulator.png ({len(frame)} rows)")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@
   with each run's decline onsets (``agentcollapse.analysis.lag``) marked;
 * :func:`plot_regimes`: the four regimes (METHOD.md 2), conditional entropy vs MI, coloured by success;
 * :func:`plot_grad_buckets`: task vs regulariser gradient norm by reward-variance bucket (METHOD.md 4);
-* :func:`plot_forest`: the Spearman table with its intervals and the paper's values.
+* :func:`plot_forest`: the Spearman table with its intervals and the paper's values;
+* :func:`plot_simulator`: the template-collapse simulator sweep, H(Z|X) vs retrieval accuracy and MI.
 
 Each writes one PNG and returns its path.
 """
@@ -25,7 +26,7 @@ from agentcollapse.analysis.lag import lag_table
 from agentcollapse.analysis.paper import HEADLINE_MI, SUCCESS
 from agentcollapse.analysis.runs import RunSet
 
-__all__ = ["choose_runs", "plot_forest", "plot_grad_buckets", "plot_regimes", "plot_trajectories"]
+__all__ = ["choose_runs", "plot_forest", "plot_grad_buckets", "plot_regimes", "plot_simulator", "plot_trajectories"]
 
 COND_ENTROPY = "collapse_trajectory_sample/conditional_entropy_est"
 
@@ -169,6 +170,40 @@ def plot_regimes(
     ax.set_ylabel(f"I(X;Z): {mi}")
     ax.set_title("Four regimes (lines: medians across runs)", fontsize=10)
     ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def plot_simulator(frame: pd.DataFrame, path: str | Path) -> Path:
+    """The simulator sweep (one row per template weight, diversity and seed, as
+    ``benchmarks/collapse_simulator_demo.py --out`` writes it): conditional entropy against retrieval
+    accuracy (left, with its chance level) and against the MI estimate (right), coloured by template
+    weight, one marker per diversity. Template collapse is the move down at constant entropy."""
+    fig = Figure(figsize=(11, 4.5), layout="constrained")
+    axs = fig.subplots(1, 2)
+    markers = {d: m for d, m in zip(sorted(frame["diversity"].unique()), "osD^v")}
+    for ax, y, label in ((axs[0], "retrieval_accuracy", "retrieval accuracy"), (axs[1], "mi_estimate", "MI estimate (nats/token)")):
+        for d, marker in markers.items():
+            part = frame[frame["diversity"] == d]
+            sc = ax.scatter(
+                part["conditional_entropy_est"],
+                part[y],
+                c=part["template_weight"],
+                cmap="plasma",
+                vmin=0,
+                vmax=1,
+                marker=marker,
+                s=55,
+                edgecolors="black",
+                label=f"diversity {d:g}",
+            )
+        if y == "retrieval_accuracy":
+            ax.axhline(float(frame["retrieval_chance_level"].mean()), color="grey", ls="--", lw=1, label="chance (1/P)")
+        ax.set_xlabel("H(Z|X) estimate (nats/token)")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.colorbar(sc, ax=axs, label="template weight w")
+    fig.suptitle("Template-collapse simulator: input dependence falls with w while H(Z|X) stays put", fontsize=10)
     return _save(fig, path)
 
 

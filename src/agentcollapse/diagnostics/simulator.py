@@ -30,6 +30,7 @@ simulated text, samples it with ``first_turn_sample``, cross-scores it and retur
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
@@ -234,7 +235,10 @@ _SCORERS: dict[tuple, SimulatorScorer] = {}
 
 def get_scorer(diversity: float = 1.0, **kwargs: Any) -> SimulatorScorer:
     """In-process cached :class:`SimulatorScorer` (keyed by diversity and constructor arguments)."""
-    key = (float(diversity), tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items())))
+    # Defaults filled in, so get_scorer(1.0) and get_scorer(1.0, steps=<the default>) share one model.
+    bound = inspect.signature(SimulatorScorer).bind(float(diversity), **kwargs)
+    bound.apply_defaults()
+    key = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in bound.arguments.items()))
     if key not in _SCORERS:
         _SCORERS[key] = SimulatorScorer(diversity, **kwargs)
     return _SCORERS[key]
