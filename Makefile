@@ -8,7 +8,9 @@ ENV ?= frozenlake
 ARGS ?=
 SWEEP ?= grid
 JOBS ?= 2
-DIR ?=
+DIR ?= $(SWEEP_DIR)
+SEEDS ?=
+N ?=
 export PYTHONHASHSEED := 0
 
 .PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy mi-check doctor smollm2 clean-venv tables report
@@ -41,8 +43,8 @@ test: lint ## lint, then the test suite (slow end-to-end tests included; < 15 mi
 test-fast: $(STAMP) ## run the tests without the slow end-to-end ones
 	$(BIN)/python -m pytest -q -m "not slow"
 
-sweep: $(STAMP) ## the main job: sweeps/$(SWEEP).yaml on ENV with JOBS workers (~50 min on 2 cores); DIR=<sweep dir> resumes one
-	$(BIN)/agentcollapse sweep --name $(SWEEP) --jobs $(JOBS) $(if $(DIR),--dir $(DIR),) env=$(ENV) $(ARGS)
+sweep: $(STAMP) ## the main job: sweeps/$(SWEEP).yaml on ENV with JOBS workers (~32 min on 2 cores); DIR=<sweep dir> resumes one; SEEDS=<n> seeds per cell; N=<trials> for tpe searches
+	$(BIN)/agentcollapse sweep --name $(SWEEP) --jobs $(JOBS) $(if $(DIR),--dir $(DIR),) env=$(ENV) $(if $(SEEDS),'++hydra.sweeper.params.seed="$(shell seq -s, 0 $$(( $(or $(SEEDS),1) - 1 )))"',) $(if $(N),hydra.sweeper.n_trials=$(N),) $(ARGS)
 
 tables: $(STAMP) ## a finished sweep's tables, CSV + Markdown, into <dir>/analysis: SWEEP=<sweep dir> (or DIR=), ARGS="--target ..."
 	@test -d "$(or $(DIR),$(SWEEP))" || { echo "make tables: SWEEP=<sweep dir> (e.g. multirun/frozenlake/grid-<time>); '$(or $(DIR),$(SWEEP))' is not a directory" >&2; exit 2; }
