@@ -77,3 +77,21 @@ def test_notebook_executes_top_to_bottom_in_a_kernel(sweep, tmp_path, monkeypatc
     assert (tmp_path / "plots" / "forest.png").is_file() and (tmp_path / "plots" / "regimes.png").is_file()
     images = [o for c in notebook.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert len(images) >= 4
+
+
+def test_runs_table_holds_every_column_the_spearman_table_ranks(sweep):
+    from scipy.stats import spearmanr
+
+    from agentcollapse.analysis import build_tables
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SkippedRunsWarning)
+        runset = load_runs(sweep)
+    tables = build_tables(runset, n_boot=50)
+    runs, table = tables["runs"], tables["spearman"]
+    rows = table[(table["group"] == "all") & table["rho"].notna()]
+    assert len(rows)
+    for row in rows.itertuples(index=False):
+        pair = runs[[f"{row.stat}/{row.diagnostic}", row.target]].dropna()
+        assert len(pair) == row.n
+        assert spearmanr(pair.iloc[:, 0], pair.iloc[:, 1]).statistic == pytest.approx(row.rho), row.diagnostic

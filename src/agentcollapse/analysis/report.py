@@ -18,7 +18,7 @@ from agentcollapse.analysis.lag import lag_summary, lag_table
 from agentcollapse.analysis.markdown import fmt, fmt_ci, md_table
 from agentcollapse.analysis.paper import PAPER_SLIP, PAPER_TIME_CUT, TARGETS
 from agentcollapse.analysis.plots import plot_forest, plot_grad_buckets, plot_regimes, plot_trajectories
-from agentcollapse.analysis.runs import RunSet, load_runs
+from agentcollapse.analysis.runs import RunSet, load_runs, value_column
 
 __all__ = ["ablation_markdown", "build_tables", "lag_markdown", "write_plots", "write_report", "write_tables"]
 
@@ -122,6 +122,9 @@ def build_tables(
     tables["lag_summary"] = pd.DataFrame([lag_summary(tables["lag"])])
     cols = ["run_id", "status", "reason", "stopped_early", "env", "algorithm", "filter", "seed", *runset.axes]
     cols += [c for c in runset.runs.columns if c.startswith(("peak/val/", "final/val/"))]
+    # Every column the Spearman table ranks, so its rho can be recomputed from runs.csv alone.
+    for row in tables["spearman"][["diagnostic", "stat"]].drop_duplicates().itertuples(index=False):
+        cols += [value_column(row.diagnostic, row.stat), value_column(row.diagnostic, row.stat, chance=True)]
     tables["runs"] = runset.runs[[c for c in dict.fromkeys(cols) if c in runset.runs]]
     tables["skipped"] = runset.skipped
     return tables
