@@ -42,7 +42,7 @@ def test_the_default_grid():
     assert {p["filter"] for p in grid} >= {"none"}  # filter=none: every group trains
     cells = Counter(tuple(sorted((k, v) for k, v in p.items() if k != "seed")) for p in grid)
     assert min(cells.values()) >= 2
-    assert cfg.hydra.sweeper.summary_key == "peak_after_update" and cfg.hydra.sweeper.objective == "val/success_rate"
+    assert cfg.hydra.sweeper.summary_key == "peak_after_update" and cfg.hydra.sweeper.objective == "val/success_rate_t1"
     assert cfg.trainer.val_every > 0 and cfg.trainer.devices == 1
 
 
