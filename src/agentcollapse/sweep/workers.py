@@ -13,6 +13,7 @@ Giving an existing sweep directory resumes it.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -105,7 +106,8 @@ def run_workers(
     resuming = (Path(sweep_dir) / "study.db").exists() or (Path(sweep_dir) / "trials.csv").exists()
     print(
         f"sweep {name}: {sweep_dir} ({'resuming' if resuming else 'new'}), {jobs} worker(s) x {threads} thread(s) on {cores} core(s); "
-        f"resume with: make sweep SWEEP={name} JOBS={jobs} DIR={sweep_dir}",
+        # the exact command: a resume needs the same overrides (env= included), or the study refuses it
+        f"resume with: agentcollapse sweep --name {name} --jobs {jobs} --dir {sweep_dir} {shlex.join(overrides)}".rstrip(),
         file=sys.stderr,
         flush=True,
     )
