@@ -110,3 +110,15 @@ def test_study_db_alone_gives_trial_numbers_and_axes(tmp_path):
     assert list(runset.runs["trial"]) == ["0"] and runset.runs.iloc[0]["trial_status"] == "finished"
     assert "sweep/algorithm.kl_coef" in runset.runs
     assert runset.skipped["reason"].tolist() == ["crashed"]
+
+
+def test_a_record_left_running_by_a_killed_worker_is_reported_as_its_trial_ended(tmp_path):
+    # The worker was killed mid-trial: its summary still says "running", trials.csv says interrupted.
+    write_run(tmp_path, "0", success=[0.5])
+    write_run(tmp_path, "1", success=[0.5], status="running", reason="")
+    (tmp_path / "trials.csv").write_text(
+        f"trial,status,value,seed,run_dir,reason\n0,finished,0.5,0,{tmp_path / '0'},\n1,interrupted,,1,{tmp_path / '1'},\n"
+    )
+    with pytest.warns(SkippedRunsWarning, match="interrupted"):
+        runset = load_runs(tmp_path)
+    assert runset.skipped.set_index("run_dir").loc[str(tmp_path / "1"), "status"] == "interrupted"

@@ -383,6 +383,9 @@ def load_runs(
             trial = by_dir.get(resolved, {})
             row, metrics, why = _load_one(run_dir, last_k, at_step)
             if row is None:
+                if why["status"] == "running" and trial.get("trial_status") in ("interrupted", "failed"):
+                    # a killed worker leaves its record at "running"; the study knows what became of it
+                    why = {"status": trial["trial_status"], "reason": trial.get("trial_reason") or "its worker was stopped"}
                 skipped.append({"run_dir": str(run_dir), **why})
                 continue
             rel = run_dir.relative_to(root).as_posix() if run_dir != root else run_dir.name
