@@ -97,3 +97,40 @@ def test_edge_cases():
     assert cross_score(model, [], [[1, 2]]).shape == (1, 0)
     with pytest.raises(ValueError):
         cross_score(model, [[]], [[1]])
+
+
+# -- issue 17: token weights (the nocopy samplers' masked sums) ----------------------------------
+def test_weighted_cached_matches_naive_masked_sum():
+    model = _tiny_llama()
+    contexts, traces = _ragged()
+    g = torch.Generator().manual_seed(2)
+    masks = [(torch.rand(len(t), generator=g) < 0.5).float().tolist() for t in traces]
+    masks[2] = [0.0] * len(traces[2])  # all copied: scores 0 under every context
+    cached = cross_score(model, contexts, traces, batch_size=3, weights=masks)
+    naive = naive_cross_score(model, contexts, traces, weights=masks)
+    torch.testing.assert_close(cached, naive, atol=1e-4, rtol=0)
+    assert torch.all(cached[2] == 0)
+    # the naive masked sum by hand: per-token log-probs of context + trace, masked, summed
+    c, r = 1, 0
+    with torch.no_grad():
+        ids = torch.tensor([contexts[c] + traces[r]])
+        logp = torch.log_softmax(model(ids).logits[0, len(contexts[c]) - 1 : -1], -1)
+        per_token = logp[torch.arange(len(traces[r])), torch.tensor(traces[r])]
+    assert abs(float((per_token * torch.tensor(masks[r])).sum()) - float(cached[r, c])) < 1e-4
+    # weight 1 everywhere is the plain score; fractional weights are a weighted sum
+    ones = [[1.0] * len(t) for t in traces]
+    torch.testing.assert_close(
+        cross_score(model, contexts, traces, batch_size=3, weights=ones), cross_score(model, contexts, traces, batch_size=3)
+    )
+    halves = [[0.5] * len(t) for t in traces]
+    torch.testing.assert_close(
+        cross_score(model, contexts, traces, weights=halves), 0.5 * naive_cross_score(model, contexts, traces), atol=1e-4, rtol=0
+    )
+
+
+def test_weights_must_match_the_traces():
+    model = _tiny_llama()
+    with pytest.raises(ValueError, match="weight rows"):
+        cross_score(model, [[1, 2]], [[3, 4]], weights=[])
+    with pytest.raises(ValueError, match="2 tokens but 1 weights"):
+        naive_cross_score(model, [[1, 2]], [[3, 4]], weights=[[1.0]])

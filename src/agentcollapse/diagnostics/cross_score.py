@@ -10,7 +10,10 @@ the cached version is tested against.
 
 Both return a float32 CPU tensor of shape ``[R, C]`` (R = number of traces, C = number of contexts)
 holding the summed (sequence) log-likelihood of each trace; the first trace token is scored by the
-logit at the context's last token. An empty trace scores 0. Contexts must be non-empty.
+logit at the context's last token. An empty trace scores 0. Contexts must be non-empty. ``weights``
+(one float per token of each trace) turn the sum into a weighted one, e.g. 0 for the tokens copied
+from the observation (``agentcollapse.diagnostics.copying``): teacher forcing still reads every
+token, only the sum leaves some out.
 """
 
 from __future__ import annotations
@@ -60,6 +63,18 @@ def _check_contexts(contexts: Sequence[Sequence[int]]) -> None:
     for c, ctx in enumerate(contexts):
         if len(ctx) == 0:
             raise ValueError(f"context {c} is empty: the first trace token needs a conditioning logit")
+
+
+def _check_weights(traces: Sequence[Sequence[int]], weights: Sequence[Sequence[float]] | None) -> list[list[float]] | None:
+    if weights is None:
+        return None
+    if len(weights) != len(traces):
+        raise ValueError(f"{len(weights)} weight rows for {len(traces)} traces")
+    out = [[float(w) for w in row] for row in weights]
+    for r, (row, tr) in enumerate(zip(out, traces)):
+        if len(row) != len(tr):
+            raise ValueError(f"trace {r} has {len(tr)} tokens but {len(row)} weights")
+    return out
 
 
 def _unique_contexts(contexts: Sequence[Sequence[int]]) -> tuple[list[list[int]], list[int]]:
@@ -133,6 +148,7 @@ def cross_score(
     contexts: Sequence[Sequence[int]],
     traces: Sequence[Sequence[int]],
     batch_size: int = 64,
+    weights: Sequence[Sequence[float]] | None = None,
 ) -> torch.Tensor:
     """Teacher-forced ``log p(traces[r] | contexts[c])`` summed over trace tokens, as ``[R, C]`` float32 CPU.
 
@@ -145,7 +161,8 @@ def cross_score(
     forward, so the rows of one forward have near-equal trace and context lengths (little padding).
     Each row's cache is its context's keys/values, zero-padded to the longest context of the forward;
     padded slots and padded trace tokens are masked out, and position ids continue from each row's own
-    context length. Results do not depend on ``batch_size`` beyond float rounding.
+    context length. Results do not depend on ``batch_size`` beyond float rounding. ``weights[r][t]``
+    multiplies the log-prob of token t of trace r in the sum (default 1 everywhere).
 
     ``model`` is a Hugging Face causal LM or a peft ``PeftModel``; it is put in eval mode under
     ``torch.no_grad`` for the call and its training flags are restored afterwards.
@@ -158,6 +175,7 @@ def cross_score(
     if batch_size < 1:
         raise ValueError("batch_size must be >= 1")
     _check_contexts(contexts)
+    token_weights = _check_weights(traces, weights)
     n_rows, n_cols = len(traces), len(contexts)
     result = torch.zeros((n_rows, n_cols), dtype=torch.float32)
     if n_rows == 0 or n_cols == 0:
@@ -195,6 +213,7 @@ def cross_score(
                 inp = torch.zeros((b, t_max), dtype=torch.long)
                 tgt = torch.zeros((b, t_max), dtype=torch.long)
                 tmask = torch.zeros((b, t_max), dtype=torch.long)
+                tweight = torch.zeros((b, t_max), dtype=torch.float32)
                 cmask = torch.zeros((b, n_ctx_max), dtype=torch.long)
                 pos = torch.zeros((b, t_max), dtype=torch.long)
                 for j, (n_z, n_x, i, r) in enumerate(chunk):
@@ -202,6 +221,7 @@ def cross_score(
                     inp[j, :n_z] = torch.tensor([ctx[-1], *tr[:-1]], dtype=torch.long)
                     tgt[j, :n_z] = torch.tensor(tr, dtype=torch.long)
                     tmask[j, :n_z] = 1
+                    tweight[j, :n_z] = 1.0 if token_weights is None else torch.tensor(token_weights[r], dtype=torch.float32)
                     cmask[j, : n_x - 1] = 1
                     pos[j] = torch.arange(n_x - 1, n_x - 1 + t_max)
                 inp, tgt, tmask, pos = inp.to(device), tgt.to(device), tmask.to(device), pos.to(device)
@@ -214,7 +234,7 @@ def cross_score(
                     attn = torch.cat([cmask.to(device), tmask], dim=1)
                     del layers
                 logits = model(input_ids=inp, attention_mask=attn, position_ids=pos, use_cache=True, **kwargs).logits
-                tok_lp = _token_logprobs(logits, tgt) * tmask.to(torch.float32)
+                tok_lp = _token_logprobs(logits, tgt) * tweight.to(device)  # 0 on padding
                 del logits, kwargs
                 scores = tok_lp.sum(dim=1).cpu()
                 for j, (_, _, i, r) in enumerate(chunk):
@@ -234,9 +254,11 @@ def naive_cross_score(
     model: torch.nn.Module,
     contexts: Sequence[Sequence[int]],
     traces: Sequence[Sequence[int]],
+    weights: Sequence[Sequence[float]] | None = None,
 ) -> torch.Tensor:
     """Reference for :func:`cross_score`: one unpadded forward over ``context + trace`` per pair."""
     _check_contexts(contexts)
+    token_weights = _check_weights(traces, weights)
     n_rows, n_cols = len(traces), len(contexts)
     result = torch.zeros((n_rows, n_cols), dtype=torch.float32)
     if n_rows == 0 or n_cols == 0:
@@ -252,5 +274,7 @@ def naive_cross_score(
                 n_ctx = len(ctx)
                 # logits at position p predict token p + 1: trace tokens use positions n_ctx-1 .. end-2
                 pred = logits[:, n_ctx - 1 : n_ctx - 1 + len(tr)]
-                result[r, c] = _token_logprobs(pred, ids[:, n_ctx:]).sum().cpu()
+                tok_lp = _token_logprobs(pred, ids[:, n_ctx:])[0].cpu()
+                w = torch.ones(len(tr)) if token_weights is None else torch.tensor(token_weights[r], dtype=torch.float32)
+                result[r, c] = (tok_lp * w).sum()
     return result
