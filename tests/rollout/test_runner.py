@@ -40,6 +40,11 @@ def test_turn_spans_and_multi_turn_context(tiny_policy):
             assert prev.context_ids[-1] == think_id
             # the next context holds the previous context and response verbatim
             assert nxt.context_ids[: len(prev.context_ids) + len(prev.response_ids)] == prev.context_ids + prev.response_ids
+        for k, turn in enumerate(traj.turns):
+            # the observation read at that turn (copy detection): its user message, X's last one
+            assert f"Turn {k + 1} .\n" in turn.observation
+            obs_ids = tiny_policy.tokenizer(turn.observation, add_special_tokens=False)["input_ids"]
+            assert turn.context_ids[-len(obs_ids) - 3 : -3] == obs_ids  # then <|end|> <|assistant|> <think>
     seqs = build_sequences(batch)
     assert len(seqs.input_ids) == len(batch.trajectories)  # word-level tokens: one sequence per trajectory
     for mask, t in zip(seqs.loss_mask, seqs.traj_index):

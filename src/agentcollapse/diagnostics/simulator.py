@@ -225,6 +225,7 @@ class SimulatorScorer:
                     format_valid=True,
                     action_is_valid=True,
                     reward=0.0,
+                    observation=ctx,
                 )
                 trajs.append(Trajectory(group=p, env_seed=p, turns=[turn]))
         return RolloutBatch(trajectories=trajs, num_prompts=len(contexts_text), group_size=group_size)

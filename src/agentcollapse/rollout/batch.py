@@ -22,6 +22,7 @@ class Turn:
     action_is_valid: bool
     reward: float  # env reward for this turn, format penalty included
     grounding: float | None = None  # share of true state claims in the reasoning (None: no claims)
+    observation: str = ""  # the user message of this turn as the agent read it (copy detection)
 
 
 @dataclass

@@ -94,6 +94,7 @@ def collect_rollouts(
                         action_is_valid=bool(info["action_is_valid"]),
                         reward=reward,
                         grounding=grounding,
+                        observation=messages[-1]["content"],
                     )
                 )
                 traj.success = bool(info["success"])
