@@ -109,3 +109,12 @@ def test_a_plain_install_ships_every_config_file(tmp_path):
     shipped = {n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".yaml")}
     expected = {f"agentcollapse/conf/{p.relative_to(CONF_DIR)}" for p in Path(CONF_DIR).rglob("*.yaml")}
     assert expected and expected <= shipped, sorted(expected - shipped)
+
+
+def test_skip_samplers_defaults_and_names_are_checked(cache_dir):
+    from agentcollapse.errors import UserError
+
+    assert compose([f"cache_dir={cache_dir}"]).diagnostics.skip_samplers == ["trajectory_nocopy"]
+    assert compose(["diagnostics.skip_samplers=[]", f"cache_dir={cache_dir}"]).diagnostics.skip_samplers == []
+    with pytest.raises(UserError, match="unknown diagnostics.skip_samplers.. 'turn'; valid: first_turn, trajectory, first_turn_nocopy"):
+        compose(["diagnostics.skip_samplers=[turn]", f"cache_dir={cache_dir}"])

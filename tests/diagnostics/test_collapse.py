@@ -88,7 +88,8 @@ def test_every_sampler_and_the_batch_keys():
     expected = set(BATCH_KEYS)
     for name in sampler_names():
         prefix = sampler_prefix(name)
-        expected |= {f"{prefix}/{k}" for k in (*PROXY_KEYS, *EMA_KEYS, "valid_thinking_rate")}
+        expected |= {f"{prefix}/{k}" for k in (*PROXY_KEYS, *EMA_KEYS, "valid_thinking_rate", "state_grounding")}
+        expected |= {f"{prefix}/copied_token_frac"} if name.endswith("_nocopy") else set()
         assert emas[prefix].sigma.count == 1
     assert set(out) == expected
     assert out["collapse_first_turn_sample/num_contexts"] == P

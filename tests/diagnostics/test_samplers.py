@@ -43,7 +43,8 @@ def _batch():
 
 def test_first_turn_sample():
     batch = _batch()
-    contexts, traces, row_col, stats = first_turn_sample(batch, encode)
+    contexts, traces, row_col, stats, weights = first_turn_sample(batch, encode)
+    assert weights is None  # every token counts
     assert contexts == [[0, 0, 0], [1, 1, 1], [2, 2, 2]]  # one column per prompt, even if its rows drop
     # trajectories 2 (p1 g0) and 5 (p2 g1) have empty first-turn reasoning
     assert traces == [encode("p0 g0 t0"), encode("p0 g1 t0"), encode("p1 g1 t0"), encode("p2 g0 t0")]
@@ -54,7 +55,7 @@ def test_first_turn_sample():
 
 def test_trajectory_sample_pairs_and_columns():
     batch = _batch()
-    contexts, traces, row_col, stats = trajectory_sample(batch, encode, np.random.default_rng(0))
+    contexts, traces, row_col, stats, _ = trajectory_sample(batch, encode, np.random.default_rng(0))
     assert len(contexts) == len(traces) == len(row_col) and row_col == list(range(len(traces)))
     inv = {v: k for k, v in WORDS.items()}
     for ctx, tr in zip(contexts, traces):
@@ -112,7 +113,7 @@ def test_registry_runs_first_turn_then_trajectory():
     from agentcollapse.diagnostics import get_sampler, sampler_names, sampler_prefix
     from agentcollapse.errors import UserError
 
-    assert sampler_names()[:2] == ("first_turn", "trajectory")
+    assert sampler_names() == ("first_turn", "trajectory", "first_turn_nocopy", "trajectory_nocopy")
     assert get_sampler("first_turn").fn is first_turn_sample
     assert get_sampler("trajectory").fn is trajectory_sample
     assert sampler_prefix("trajectory") == "collapse_trajectory_sample"

@@ -36,7 +36,8 @@ WORDS = ("the", "goal", "is", "up", "so", "go", "left", "hole", "wall", "ice", "
 
 
 def _proxy_keys() -> set[str]:
-    keys = {f"{s}/{k}" for s in SAMPLERS for k in (*PROXY_KEYS, *EMA_KEYS, "valid_thinking_rate")}
+    keys = {f"{s}/{k}" for s in SAMPLERS for k in (*PROXY_KEYS, *EMA_KEYS, "valid_thinking_rate", "state_grounding")}
+    keys |= {f"{s}/copied_token_frac" for s in SAMPLERS if s.endswith("_nocopy_sample")}
     return keys | {"collapse/valid_thinking_rate", "perf/collapse_time_s"} | set(BATCH_KEYS)
 
 

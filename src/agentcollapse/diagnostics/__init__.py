@@ -1,10 +1,12 @@
 """Diagnostics for template collapse: the in-batch MI proxy (METHOD.md section 3) and a simulator.
 
 Pure functions and small stateful helpers; no Lightning or Hydra. Samplers register by name
-(``@register_sampler``); :func:`collapse_metrics` runs every registered one on a batch.
+(``@register_sampler``); :func:`collapse_metrics` runs every registered one on a batch (but those it
+is told to skip). :mod:`.copying` finds the reasoning copied from the observation (the nocopy samplers).
 """
 
 from .collapse import BATCH_KEYS, RV_STAT_KEYS, SamplerOptions, collapse_metrics, reward_variance_stats, valid_thinking_counts
+from .copying import MIN_COPY_WORDS, copied_runs, copied_token_mask, copied_words
 from .cross_score import cross_score, naive_cross_score
 from .ema import EMA, ProxyEMAState
 from .proxy import (
@@ -17,6 +19,7 @@ from .proxy import (
 from .samplers import (
     ProxySample,
     SamplerSpec,
+    first_turn_nocopy_sample,
     first_turn_sample,
     get_sampler,
     reasoning_ids,
@@ -24,6 +27,7 @@ from .samplers import (
     sampler_names,
     sampler_prefix,
     sampler_prefixes,
+    trajectory_nocopy_sample,
     trajectory_sample,
 )
 from .simulator import SimulatorScorer, get_scorer, run_simulation, simulate
@@ -35,6 +39,10 @@ __all__ = [
     "collapse_metrics",
     "reward_variance_stats",
     "valid_thinking_counts",
+    "MIN_COPY_WORDS",
+    "copied_runs",
+    "copied_token_mask",
+    "copied_words",
     "cross_score",
     "naive_cross_score",
     "EMA",
@@ -46,6 +54,7 @@ __all__ = [
     "zscore_with_sigma",
     "ProxySample",
     "SamplerSpec",
+    "first_turn_nocopy_sample",
     "first_turn_sample",
     "get_sampler",
     "reasoning_ids",
@@ -53,6 +62,7 @@ __all__ = [
     "sampler_names",
     "sampler_prefix",
     "sampler_prefixes",
+    "trajectory_nocopy_sample",
     "trajectory_sample",
     "SimulatorScorer",
     "get_scorer",

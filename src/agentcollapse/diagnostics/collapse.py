@@ -7,7 +7,8 @@ Pure functions of (model, tokenizer, batch, state): no Lightning. The training c
 
 Metric names: ``collapse_<sampler>_sample/<metric>`` for each sampler of
 ``agentcollapse.diagnostics.samplers`` (keys: ``PROXY_KEYS``, the EMA keys and
-``valid_thinking_rate``), plus the batch-level keys of :data:`BATCH_KEYS`:
+``valid_thinking_rate``, ``state_grounding``; the nocopy samplers add ``copied_token_frac``), plus
+the batch-level keys of :data:`BATCH_KEYS`:
 ``collapse/valid_thinking_rate`` is the share of *all* turns with non-empty reasoning (the
 authors' definition), and ``collapse/first_turn_num_total`` / ``_num_valid`` / ``_valid_rate``
 count the first-turn traces before any ``num_samples`` cap.
@@ -15,7 +16,7 @@ count the first-turn traces before any ``num_samples`` cap.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,17 +92,24 @@ def collapse_metrics(
     first_turn_samples: int | None = None,
     trajectory_replace: bool = False,
     options: Mapping[str, SamplerOptions] | None = None,
+    skip: Collection[str] = (),
 ) -> dict[str, float]:
     """Every registered sampler's proxy metrics for one batch, named ``collapse_<name>_sample/<metric>``.
 
     ``emas`` maps ``sampler_prefix(name)`` to that sampler's EMA state (created on first use).
     Sampler draws come from ``rng`` in registration order. ``trajectory_samples``,
-    ``first_turn_samples`` and ``trajectory_replace`` set the two built-in samplers' options;
-    ``options`` (keyed by sampler name) overrides them or configures other samplers.
+    ``first_turn_samples`` and ``trajectory_replace`` set the built-in samplers' options (the nocopy
+    variants draw as their plain ones do); ``options`` (keyed by sampler name) overrides them or
+    configures other samplers. ``skip``: registered samplers not to run.
+    A sample's ``token_weights`` weight the cross-score sums and set its per-token lengths
+    (:meth:`ProxySample.lengths`).
     """
+    first_turn, trajectory = SamplerOptions(first_turn_samples), SamplerOptions(trajectory_samples, trajectory_replace)
     opts: dict[str, SamplerOptions] = {
-        "first_turn": SamplerOptions(first_turn_samples),
-        "trajectory": SamplerOptions(trajectory_samples, trajectory_replace),
+        "first_turn": first_turn,
+        "trajectory": trajectory,
+        "first_turn_nocopy": first_turn,
+        "trajectory_nocopy": trajectory,
         **dict(options or {}),
     }
     out: dict[str, float] = {}
@@ -109,10 +117,15 @@ def collapse_metrics(
     valid, total = valid_thinking_counts(batch, encode_think)
     out["collapse/valid_thinking_rate"] = valid / total if total else 0.0
     for name in sampler_names():
+        if name in skip:
+            continue
         prefix = sampler_prefix(name)
         o = opts.get(name, SamplerOptions())
         sample = get_sampler(name).fn(batch, encode_think, rng, num_samples=o.num_samples, replace=o.replace)
         out[f"{prefix}/valid_thinking_rate"] = float(sample.stats["valid_thinking_rate"])
+        for key in ("state_grounding", "copied_token_frac"):
+            if key in sample.stats:
+                out[f"{prefix}/{key}"] = float(sample.stats[key])
         if name == "first_turn":
             n_total, n_valid = sample.stats["num_candidates"], sample.stats["num_valid"]
             out["collapse/first_turn_num_total"] = float(n_total)
@@ -120,8 +133,8 @@ def collapse_metrics(
             out["collapse/first_turn_valid_rate"] = float(n_valid / n_total) if n_total else 0.0
         if not sample.traces or len(sample.contexts) < 2:
             continue  # nothing to retrieve among: the metrics are undefined this step
-        logp = cross_score(model, sample.contexts, sample.traces, batch_size=batch_size)
-        z_len = torch.tensor([len(t) for t in sample.traces], dtype=torch.float32)
+        logp = cross_score(model, sample.contexts, sample.traces, batch_size=batch_size, weights=sample.token_weights)
+        z_len = torch.tensor(sample.lengths(), dtype=torch.float32)
         row_col = torch.tensor(sample.row_col, dtype=torch.long)
         equiv = column_equivalence(sample.contexts)
         metrics = proxy_metrics(logp, z_len, row_col, equiv)

@@ -1,8 +1,9 @@
 """``CollapseDiagnostics``: the MI proxy family and reward-variance statistics, logged during training.
 
 A :class:`agentcollapse.lightning.hooks.RolloutHook`: it sees the full rollout batch before filtering.
-The proxy is computed at step 1 and every ``compute_freq`` steps; its sigma EMAs and sampler RNG are
-part of the callback state, so Lightning saves them in checkpoints.
+The proxy is computed at step 1 and every ``compute_freq`` steps, by every registered sampler but
+``skip_samplers``; its sigma EMAs and sampler RNG are part of the callback state, so Lightning saves
+them in checkpoints.
 """
 
 from __future__ import annotations
@@ -30,12 +31,14 @@ class CollapseDiagnostics(L.Callback):
         trajectory_samples: int | None = 32,
         first_turn_samples: int | None = None,
         trajectory_replace: bool = False,
+        skip_samplers: tuple[str, ...] = (),
     ) -> None:
         self.compute_freq = compute_freq
         self.batch_size = batch_size
         self.trajectory_samples = trajectory_samples
         self.first_turn_samples = first_turn_samples
         self.trajectory_replace = trajectory_replace
+        self.skip_samplers = tuple(skip_samplers)
         self.emas = {sampler_prefix(name): ProxyEMAState(decay=0.9) for name in sampler_names()}
         self.rng = np.random.default_rng(seed)
 
@@ -49,6 +52,7 @@ class CollapseDiagnostics(L.Callback):
             trajectory_samples=d.trajectory_samples or None,
             first_turn_samples=d.first_turn_samples or None,
             trajectory_replace=d.trajectory_replace,
+            skip_samplers=tuple(d.skip_samplers),
         )
 
     def due(self, step: int) -> bool:
@@ -69,6 +73,7 @@ class CollapseDiagnostics(L.Callback):
                     self.trajectory_samples,
                     first_turn_samples=self.first_turn_samples,
                     trajectory_replace=self.trajectory_replace,
+                    skip=self.skip_samplers,
                 )
             )
             out["perf/collapse_time_s"] = time.perf_counter() - started
