@@ -38,13 +38,14 @@ RESAMPLE_STREAM_BASE = 2**40  # their sampling streams: far from every regular i
 _STREAM_MULTIPLIER = 1_000_003  # a prime, so (seed, index) pairs map to distinct streams
 
 
-def train_env_seeds(run_seed: int, iteration: int, num_prompts: int, rank: int = 0, world_size: int = 1, attempt: int = 0) -> list[int]:
-    """The P training maps of ``iteration`` (0-based) for one rank: each rank gets its own slice.
+def train_env_seeds(run_seed: int, iteration: int, num_prompts: int, attempt: int = 0) -> list[int]:
+    """The P training maps of ``iteration`` (0-based): the global batch, however many DDP ranks
+    share its rollout (each decodes a block of it), so 1 and N processes train on the same maps.
 
     ``attempt`` > 0 numbers the extra rollouts of DAPO's dynamic sampling within the iteration; they
     draw from the second half of the run's seed range, so they never repeat a regular iteration's maps.
     """
-    slot = iteration * world_size + rank
+    slot = iteration
     if attempt == 0:
         base = TRAIN_SEED_BASE + run_seed * RUN_SEED_STRIDE + slot * num_prompts
     else:
@@ -54,9 +55,10 @@ def train_env_seeds(run_seed: int, iteration: int, num_prompts: int, rank: int =
     return list(range(base, base + num_prompts))
 
 
-def rollout_sample_seed(run_seed: int, iteration: int, rank: int = 0, attempt: int = 0) -> int:
-    """The sampling seed of one iteration's training rollout (each trajectory derives its own stream)."""
-    seed = (run_seed * _STREAM_MULTIPLIER + iteration) * 101 + rank
+def rollout_sample_seed(run_seed: int, iteration: int, attempt: int = 0) -> int:
+    """The sampling seed of one iteration's training rollout (each trajectory derives its own stream
+    from it and its index in the global batch, so the split across DDP ranks changes no token)."""
+    seed = (run_seed * _STREAM_MULTIPLIER + iteration) * 101  # x101: the streams of earlier versions, kept
     return seed if attempt == 0 else RESAMPLE_STREAM_BASE + seed * (MAX_RESAMPLE_ROUNDS + 1) + attempt
 
 

@@ -320,5 +320,5 @@ def test_dynamic_sampling_draws_new_maps_and_streams():
     regular = {s for it in range(50) for s in seeds.train_env_seeds(0, it, 8)}
     extra = {s for it in range(50) for a in range(1, seeds.MAX_RESAMPLE_ROUNDS + 1) for s in seeds.train_env_seeds(0, it, 8, attempt=a)}
     assert len(extra) == 50 * seeds.MAX_RESAMPLE_ROUNDS * 8 and not regular & extra
-    streams = {seeds.rollout_sample_seed(0, it, 0, a) for it in range(50) for a in range(seeds.MAX_RESAMPLE_ROUNDS + 1)}
+    streams = {seeds.rollout_sample_seed(0, it, a) for it in range(50) for a in range(seeds.MAX_RESAMPLE_ROUNDS + 1)}
     assert len(streams) == 50 * (seeds.MAX_RESAMPLE_ROUNDS + 1)

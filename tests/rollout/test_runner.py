@@ -109,3 +109,17 @@ def test_compacting_the_decoding_batch_changes_no_token(tiny_policy, monkeypatch
     ]
     lengths = {len(t.response_ids) for a in full.trajectories for t in a.turns}
     assert len(lengths) > 1  # rows did stop at different steps, so compaction happened
+
+
+def test_blocks_with_stream_offsets_equal_the_whole_batch(tiny_policy):
+    # What DDP ranks do: each decodes a block of the groups on the streams the whole batch gives them.
+    seeds, g = [11, 12, 13], 2
+
+    def roll(env_seeds, offset=0):
+        return collect_rollouts(tiny_policy, lambda: envs.make("frozenlake"), env_seeds, g, 1.0, 12, sample_seed=5, stream_offset=offset)[0]
+
+    whole = roll(seeds)
+    parts = [roll(seeds[:2]), roll(seeds[2:], offset=2 * g)]
+    blocks = [t for p in parts for t in p.trajectories]
+    assert [[t.response_ids for t in a.turns] for a in whole.trajectories] == [[t.response_ids for t in b.turns] for b in blocks]
+    assert roll(seeds[2:]).trajectories[0].turns[0].response_ids != whole.trajectories[4].turns[0].response_ids  # offset matters

@@ -6,6 +6,8 @@ nothing here needs gradients. See METHOD.md section 6.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import Tensor
 
@@ -131,9 +133,33 @@ def masked_whiten(x: Tensor, mask: Tensor, shift_mean: bool = True, eps: float =
     return whitened * m
 
 
-def whiten_across(values: list[torch.Tensor], masks: list[torch.Tensor]) -> list[torch.Tensor]:
-    """:func:`masked_whiten` over every valid token of several micro-batches of different widths."""
+def whiten_across(
+    values: list[torch.Tensor], masks: list[torch.Tensor], reduce: Callable[[Tensor], Tensor] | None = None, eps: float = 1e-8
+) -> list[torch.Tensor]:
+    """:func:`masked_whiten` over every valid token of several micro-batches of different widths.
+
+    ``reduce`` sums a scalar over the processes that hold the batch's other micro-batches (data
+    parallel): the mean and variance are then the whole batch's, and ``values`` may be empty."""
+    if reduce is not None:
+        return _whiten_reduced(values, masks, reduce, eps)
     flat = masked_whiten(torch.cat([v.reshape(-1) for v in values]), torch.cat([m.reshape(-1) for m in masks]))
+    out, start = [], 0
+    for v in values:
+        out.append(flat[start : start + v.numel()].reshape(v.shape))
+        start += v.numel()
+    return out
+
+
+def _whiten_reduced(values: list[Tensor], masks: list[Tensor], reduce: Callable[[Tensor], Tensor], eps: float) -> list[Tensor]:
+    # The same two passes as masked_whiten, each sum taken over every process.
+    x = torch.cat([v.reshape(-1) for v in values]) if values else torch.zeros(0)
+    m = torch.cat([k.reshape(-1) for k in masks]).to(x.dtype) if masks else torch.zeros(0)
+    n = reduce(m.sum())
+    mean = reduce((x * m).sum()) / n.clamp(min=1)
+    var = reduce((((x - mean.to(x.device)) ** 2) * m).sum()) / (n - 1).clamp(min=1)
+    if n < 2:
+        return [torch.zeros_like(v) for v in values]
+    flat = (x - mean.to(x.device)) * torch.rsqrt(var.to(x.device) + eps) * m
     out, start = [], 0
     for v in values:
         out.append(flat[start : start + v.numel()].reshape(v.shape))

@@ -3,11 +3,14 @@ policy update.
 
 Manual optimisation: each ``training_step`` is one RL iteration. The math lives in
 ``agentcollapse.algorithms``; what watches and what chooses the trained groups are callbacks
-(``lightning.hooks``); this module only orchestrates them.
+(``lightning.hooks``); this module only orchestrates them. On several ranks (``trainer=ddp``) the
+iteration computes what one process computes (``lightning.distributed``): a sharded rollout gathered
+into the global batch, hooks on that batch, and an update whose micro-batches are split across ranks.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -27,11 +30,14 @@ from agentcollapse.algorithms import (
 from agentcollapse.config import RunConfig, algorithm_preset
 from agentcollapse.errors import UserError
 from agentcollapse.filtering import groups_with_signal
+from agentcollapse.lightning import distributed
 from agentcollapse.lightning.hooks import RolloutHook, Selection
 from agentcollapse.models.policy import Policy
 from agentcollapse.rollout.batch import RolloutBatch
 from agentcollapse.rollout.runner import collect_rollouts, rollout_metrics
 from agentcollapse.rollout.sequences import Sequences, build_sequences, collate, gather_logprobs
+
+log = logging.getLogger("agentcollapse")
 
 
 class ValueHead(torch.nn.Module):
@@ -122,24 +128,49 @@ class AgentRLModule(L.LightningModule):
         own = self.state_dict()
         checkpoint["state_dict"] = {**own, **checkpoint["state_dict"]}
 
+    def on_train_start(self) -> None:
+        rank, size = distributed.world()
+        if size > 1:  # each rank says what it decodes: the one sign in a log that every rank is there
+            start, stop = distributed.shard_bounds(self.cfg.rollout.num_prompts, rank, size)
+            log.info("rank %d/%d rolls out groups %d..%d of the global P=%d", rank, size, start, stop - 1, self.cfg.rollout.num_prompts)
+
     # -- one RL iteration ---------------------------------------------------------------------
     def train_env_seeds(self, iteration: int, attempt: int = 0) -> list[int]:
-        world = max(1, self.trainer.world_size if self._trainer else 1)
-        return seeds.train_env_seeds(self.cfg.seed, iteration, self.cfg.rollout.num_prompts, self.global_rank, world, attempt)
+        """The global P maps of ``iteration``, the same on every rank."""
+        return seeds.train_env_seeds(self.cfg.seed, iteration, self.cfg.rollout.num_prompts, attempt=attempt)
 
     def collect(self, iteration: int, attempt: int = 0) -> tuple[RolloutBatch, dict[str, float]]:
         """The training rollout of ``iteration`` (``attempt`` > 0: an extra one of dynamic sampling)."""
         r = self.cfg.rollout
-        return collect_rollouts(
+        sample_seed = seeds.rollout_sample_seed(self.cfg.seed, iteration, attempt=attempt)
+        return self.sharded_rollout(self.train_env_seeds(iteration, attempt), r.group_size, r.temperature, sample_seed)
+
+    def sharded_rollout(
+        self, env_seeds: list[int], group_size: int, temperature: float | list[float], sample_seed: int
+    ) -> tuple[RolloutBatch, dict[str, float]]:
+        """The rollout of ``env_seeds`` as one process would draw it: each rank decodes its block of
+        groups on the streams the whole batch gives them, then every rank receives the whole batch."""
+        rank, size = distributed.world()
+        start, stop = distributed.shard_bounds(len(env_seeds), rank, size)
+        local, perf = collect_rollouts(
             self.policy,
             self.make_env,
-            self.train_env_seeds(iteration, attempt),
-            r.group_size,
-            r.temperature,
-            r.max_new_tokens,
-            sample_seed=seeds.rollout_sample_seed(self.cfg.seed, iteration, self.global_rank, attempt),
-            generation_batch_size=r.generation_batch_size,
+            env_seeds[start:stop],
+            group_size,
+            temperature if isinstance(temperature, (int, float)) else temperature[start:stop],
+            self.cfg.rollout.max_new_tokens,
+            sample_seed=sample_seed,
+            generation_batch_size=self.cfg.rollout.generation_batch_size,
+            stream_offset=start * group_size,
         )
+        if size == 1:
+            return local, perf
+        parts = distributed.gather_objects((local, perf))
+        # The slowest rank bounds the phase; throughput is every rank's tokens over that time.
+        elapsed = max(p["perf/rollout_time_s"] for _, p in parts)
+        tokens = sum(p["perf/rollout_tokens_per_s"] * p["perf/rollout_time_s"] for _, p in parts)
+        perf = {"perf/rollout_time_s": elapsed, "perf/rollout_tokens_per_s": tokens / max(elapsed, 1e-9)}
+        return RolloutBatch.concat([b for b, _ in parts]), perf
 
     def dynamic_sample(self, rollout: RolloutBatch) -> tuple[RolloutBatch, dict[str, float]]:
         """DAPO's dynamic sampling: keep the groups whose rewards vary and roll out more prompts until P
@@ -201,6 +232,9 @@ class AgentRLModule(L.LightningModule):
             rollout, sampled = self.dynamic_sample(rollout)
             metrics.update(sampled)
         selection, hook_metrics = self.run_hooks(rollout, step)
+        # Every rank ran the hooks on the same batch; rank 0's choice is taken so that a last-bit
+        # difference in a score (GPU kernels) cannot make ranks train different groups.
+        selection = distributed.broadcast_object(selection)
         metrics.update(hook_metrics)
         metrics["rollout/empty_after_filter"] = float(selection.is_empty)
         if not selection.is_empty:
@@ -214,6 +248,12 @@ class AgentRLModule(L.LightningModule):
         self.log("success", metrics["rollout/success_rate"], prog_bar=True, logger=False)
         if step >= self.cfg.trainer.max_steps:
             self.trainer.should_stop = True
+        # Lightning does not agree on should_stop across ranks: one rank leaving the loop alone
+        # would leave the others waiting in the next collective.
+        if distributed.world()[1] > 1:
+            votes = distributed.gather_objects((bool(self.trainer.should_stop), self.stop_reason))
+            self.trainer.should_stop = any(stop for stop, _ in votes)
+            self.stop_reason = next((reason for _, reason in votes if reason), "")
 
     def request_stop(self, reason: str) -> None:
         self.stop_reason = reason
@@ -274,8 +314,13 @@ class AgentRLModule(L.LightningModule):
             flat = traj_mask[kept_groups].reshape(-1)
             keep = [i for i, t in enumerate(seqs.traj_index) if flat[t]]
             seqs = Sequences(*[[getattr(seqs, f)[i] for i in keep] for f in ("input_ids", "loss_mask", "traj_index", "is_last")])
-        n = len(seqs.input_ids)
-        micro = [(idx, collate(seqs, idx, self.pad_id, self.device)) for idx in self.micro_batches(seqs)]
+        n = len(seqs.input_ids)  # global: every rank holds the whole kept batch, so weights are global
+        # This rank's share of the micro-batches (all of them with one process): the gradient summed
+        # over ranks is the one process's sum over every micro-batch.
+        rank, size = distributed.world()
+        all_micro = self.micro_batches(seqs)
+        mine = distributed.rank_share(len(all_micro), rank, size)
+        micro = [(all_micro[k], collate(seqs, all_micro[k], self.pad_id, self.device)) for k in mine]
         # Scoring pass (no grad): behaviour log-probs, reference log-probs (adapter off), old values.
         # With one epoch the update runs on the behaviour policy itself, so its own detached
         # log-probs are the old ones and that forward is skipped.
@@ -314,60 +359,70 @@ class AgentRLModule(L.LightningModule):
                 adv, ret = gae_advantages(rewards, old_values[k], mask, algo.gamma, algo.lam)
                 advantages.append(adv)
                 value_targets.append(ret)
-            advantages = whiten_across(advantages, [mb["response_mask"] for _, mb in micro])  # PPO practice
+            # PPO practice, over every rank's tokens
+            reduce = None if size == 1 else (lambda t: distributed.sum_across(t.to(self.device)))
+            advantages = whiten_across(advantages, [mb["response_mask"] for _, mb in micro], reduce=reduce)
         total_tokens = float(sum(sum(m) for m in seqs.loss_mask)) or 1.0
-        stats: dict[str, list[float]] = {
-            k: [] for k in ("pg_loss", "kl", "entropy", "clipfrac", "lower_clipfrac", "approx_kl", "grad_norm", "value_loss")
+        # Per micro-batch statistics keyed by (epoch, global micro-batch index): gathered from every
+        # rank and put back in the one-process order, their means are the one process's.
+        stats: dict[str, list[tuple[int, int, float]]] = {
+            k: [] for k in ("pg_loss", "kl", "entropy", "clipfrac", "lower_clipfrac", "approx_kl", "value_loss")
         }
+        grad_norms: list[float] = []
         opt = self.optimizers()
+        params = [p for g in opt.param_groups for p in g["params"]]
         skipped = False
-        for _ in range(self.cfg.algorithm.ppo_epochs):
+        for epoch in range(self.cfg.algorithm.ppo_epochs):
             opt.zero_grad(set_to_none=True)
             nonfinite = False
-            for k, (idx, mb) in enumerate(micro):
-                mask = mb["response_mask"]
-                logits, logp, values = self.forward_sequences(mb, with_values=algo.use_critic)
-                old = logp.detach() if old_logp[k] is None else old_logp[k]
-                weight = micro_batch_weight(algo.loss_agg_mode, float(mask.sum()), total_tokens, len(idx), n)
-                terms = rl_objective(
-                    algo,
-                    logits,
-                    logp,
-                    old,
-                    advantages[k],
-                    mask,
-                    self.cfg.rollout.max_new_tokens,
-                    weight=weight,
-                    ref_logp=ref_logp[k] if algo.kl_coef > 0 else None,
-                    values=values,
-                    value_targets=value_targets[k] if values is not None else None,
-                    old_values=old_values[k] if values is not None else None,
-                )
-                if terms.kl is not None:
-                    stats["kl"].append(float(terms.kl))
-                if terms.value_loss is not None:
-                    stats["value_loss"].append(float(terms.value_loss))
-                loss = terms.total * scale
-                if not torch.isfinite(loss):
-                    nonfinite = True
-                    break
-                self.manual_backward(loss)
-                stats["pg_loss"].append(float(terms.policy.loss.detach()))
-                stats["entropy"].append(float(terms.entropy))
-                stats["clipfrac"].append(float(terms.policy.clipfrac))
-                stats["lower_clipfrac"].append(float(terms.policy.lower_clipfrac))
-                stats["approx_kl"].append(float(terms.policy.approx_kl))
-            if nonfinite:
+            # Lightning's DDP reducer would all-reduce at every backward and wait for ranks that run
+            # fewer micro-batches (or none): gradients are summed once below instead.
+            with distributed.without_reducer(self.trainer.strategy.model):
+                for k, (idx, mb) in enumerate(micro):
+                    key = (epoch, mine[k])
+                    mask = mb["response_mask"]
+                    logits, logp, values = self.forward_sequences(mb, with_values=algo.use_critic)
+                    old = logp.detach() if old_logp[k] is None else old_logp[k]
+                    weight = micro_batch_weight(algo.loss_agg_mode, float(mask.sum()), total_tokens, len(idx), n)
+                    terms = rl_objective(
+                        algo,
+                        logits,
+                        logp,
+                        old,
+                        advantages[k],
+                        mask,
+                        self.cfg.rollout.max_new_tokens,
+                        weight=weight,
+                        ref_logp=ref_logp[k] if algo.kl_coef > 0 else None,
+                        values=values,
+                        value_targets=value_targets[k] if values is not None else None,
+                        old_values=old_values[k] if values is not None else None,
+                    )
+                    if terms.kl is not None:
+                        stats["kl"].append((*key, float(terms.kl)))
+                    if terms.value_loss is not None:
+                        stats["value_loss"].append((*key, float(terms.value_loss)))
+                    loss = terms.total * scale
+                    if not torch.isfinite(loss):
+                        nonfinite = True
+                        break
+                    self.manual_backward(loss)
+                    stats["pg_loss"].append((*key, float(terms.policy.loss.detach())))
+                    stats["entropy"].append((*key, float(terms.entropy)))
+                    stats["clipfrac"].append((*key, float(terms.policy.clipfrac)))
+                    stats["lower_clipfrac"].append((*key, float(terms.policy.lower_clipfrac)))
+                    stats["approx_kl"].append((*key, float(terms.policy.approx_kl)))
+            if distributed.any_rank(nonfinite):
                 opt.zero_grad(set_to_none=True)
                 skipped = True
                 break
-            params = [p for g in opt.param_groups for p in g["params"]]
+            distributed.all_reduce_grads(params)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.algorithm.max_grad_norm)
             if not torch.isfinite(grad_norm):
                 opt.zero_grad(set_to_none=True)
                 skipped = True
                 break
-            stats["grad_norm"].append(float(grad_norm))
+            grad_norms.append(float(grad_norm))
             opt.step()
         if skipped:
             self.nonfinite_steps += 1
@@ -376,9 +431,12 @@ class AgentRLModule(L.LightningModule):
                 self.request_stop(f"loss was NaN/inf for {self.nonfinite_steps} consecutive steps; lower algorithm.lr or check rewards")
         else:
             self.nonfinite_steps = 0
-        out = {f"actor/{k}": float(np.mean(v)) for k, v in stats.items() if v and k != "value_loss"}
-        if stats["value_loss"]:
-            out["critic/value_loss"] = float(np.mean(stats["value_loss"]))
+        parts = distributed.gather_objects(stats)
+        merged = {k: [v for _, _, v in sorted(e for part in parts for e in part[k])] for k in stats}
+        merged["grad_norm"] = grad_norms
+        out = {f"actor/{k}": float(np.mean(v)) for k, v in merged.items() if v and k != "value_loss"}
+        if merged["value_loss"]:
+            out["critic/value_loss"] = float(np.mean(merged["value_loss"]))
         out["actor/nonfinite_loss_count"] = float(self.nonfinite_total)
         out["actor/loss_scale"] = float(scale)
         out["actor/num_sequences"] = float(n)
@@ -394,15 +452,8 @@ class AgentRLModule(L.LightningModule):
         temps = list(self.cfg.trainer.val_temperatures)
         n = len(held_out)
         # Every temperature in one rollout: one decode loop instead of one per temperature.
-        batch, _ = collect_rollouts(
-            self.policy,
-            self.make_env,
-            held_out * len(temps),
-            1,
-            [t for t in temps for _ in held_out],
-            self.cfg.rollout.max_new_tokens,
-            sample_seed=seeds.validation_sample_seed(self.cfg.seed),
-            generation_batch_size=self.cfg.rollout.generation_batch_size,
+        batch, _ = self.sharded_rollout(
+            held_out * len(temps), 1, [t for t in temps for _ in held_out], seeds.validation_sample_seed(self.cfg.seed)
         )
         out: dict[str, float] = {}
         for k, temp in enumerate(temps):

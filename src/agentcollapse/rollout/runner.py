@@ -35,11 +35,14 @@ def collect_rollouts(
     max_new_tokens: int,
     sample_seed: int,
     generation_batch_size: int = 256,
+    stream_offset: int = 0,
 ) -> tuple[RolloutBatch, dict[str, float]]:
     """Roll out ``group_size`` trajectories per env seed; returns the batch and timing stats.
 
     ``temperature`` is one for every trajectory or one per env seed (validation decodes all its
-    temperatures in one batch that way)."""
+    temperatures in one batch that way). Trajectory ``i`` samples from stream ``stream_offset + i``:
+    a DDP rank rolling out groups ``a..b`` of a larger batch passes ``a * group_size`` and draws the
+    tokens the whole batch would have drawn for them."""
     started = time.perf_counter()
     per_seed = [float(temperature)] * len(env_seeds) if isinstance(temperature, (int, float)) else [float(t) for t in temperature]
     if len(per_seed) != len(env_seeds):
@@ -53,7 +56,7 @@ def collect_rollouts(
             obs = env.reset(int(seed))
             messages = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": first_user_message(obs)}]
             traj = Trajectory(group=p, env_seed=int(seed))
-            live.append((len(trajectories), env, messages, trajectory_generator(sample_seed, len(trajectories))))
+            live.append((len(trajectories), env, messages, trajectory_generator(sample_seed, stream_offset + len(trajectories))))
             temps.append(per_seed[p])
             trajectories.append(traj)
     generated_tokens = 0
