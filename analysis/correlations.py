@@ -15,22 +15,36 @@ import sys
 from pathlib import Path
 
 from agentcollapse.analysis import load_runs, spearman_markdown, spearman_table
-from agentcollapse.analysis.paper import TARGETS
 
 
-def parse_targets(values: list[str] | None) -> list[str]:
-    """``peak/val/success_rate`` stays as it is; a bare metric name means its peak and its final."""
+def parse_targets(values: list[str] | None) -> list[str] | None:
+    """``peak/val/success_rate`` stays as it is; a bare metric name means its peak and its final; none
+    given: None (the analysis' defaults: success at T = 0.5, and at T = 1 where logged)."""
     if not values:
-        return list(TARGETS)
+        return None
     out = []
     for v in values:
         out += [v] if v.split("/", 1)[0] in ("peak", "final", "mean", "at") else [f"peak/{v}", f"final/{v}"]
     return out
 
 
+def run_main(main) -> None:
+    """Exit with ``main()``'s code; bad input (a target no run has, ...) is one line on stderr, code 2."""
+    try:
+        sys.exit(main())
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(2)
+
+
 def add_common(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--runs", nargs="+", required=True, help="sweep directories or run directories")
-    ap.add_argument("--target", nargs="+", default=None, help="run-frame columns or metrics (default: peak and final val/success_rate)")
+    ap.add_argument(
+        "--target",
+        nargs="+",
+        default=None,
+        help="run-frame columns or metrics (default: peak and final val/success_rate, and val/success_rate_t1 where logged)",
+    )
     ap.add_argument("--stat", default="mean", choices=["mean", "final", "peak", "at"], help="summary of each diagnostic (default: mean)")
     ap.add_argument("--last-k", type=int, default=3, help="final = mean of the last k logged values (default: 3)")
     ap.add_argument("--at-step", type=int, default=None, help="the step of the 'at' summary")
@@ -56,4 +70,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

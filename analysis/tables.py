@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from agentcollapse.analysis import load_runs, write_tables  # noqa: E402
-from correlations import add_common, parse_targets  # noqa: E402
+from correlations import add_common, parse_targets, run_main  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,4 +32,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_main(main)

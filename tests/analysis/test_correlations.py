@@ -105,3 +105,16 @@ def test_correlations_script_writes_csv_and_markdown(sweep, tmp_path, capsys):
     assert "can_speak" in table and (out / "spearman.md").read_text().startswith("# Spearman")
     assert "rho [95% CI]" in capsys.readouterr().out
     assert not math.isnan(table["rho"].iloc[0])
+
+
+def test_a_target_no_run_has_is_a_clear_error_and_t1_joins_the_defaults_where_logged(sweep):
+    from agentcollapse.analysis.correlations import default_targets
+
+    with pytest.warns(SkippedRunsWarning):
+        runset = load_runs(sweep)
+    with pytest.raises(ValueError, match=r"no run has target\(s\) peak/val/success_rate_t1; these do: .*peak/val/success_rate"):
+        spearman_table(runset, ["peak/val/success_rate_t1"], n_boot=20)
+    assert default_targets(runset) == ["peak/val/success_rate", "final/val/success_rate"]
+    runset.runs["peak/val/success_rate_t1"] = runset.runs["peak/val/success_rate"]
+    assert "peak/val/success_rate_t1" in default_targets(runset)
+    assert "peak/val/success_rate_t1" in set(spearman_table(runset, n_boot=20)["target"])

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from agentcollapse.analysis.markdown import fmt, fmt_ci, md_table
-from agentcollapse.analysis.paper import DIAGNOSTICS, PAPER_SPEARMAN, TARGETS
+from agentcollapse.analysis.paper import DIAGNOSTICS, PAPER_SPEARMAN, T1_TARGETS, TARGETS
 from agentcollapse.analysis.runs import RunSet
 from agentcollapse.analysis.stats import binomial_se, bootstrap_spearman_ci, spearman
 
@@ -100,9 +100,14 @@ def _corr(runs: pd.DataFrame, col: str, target: str, n_boot: int, seed: int, lev
     return rho, p, len(pair), lo, hi
 
 
+def default_targets(runset: RunSet) -> list[str]:
+    """Peak and final held-out success at T = 0.5, plus at T = 1 where the runs logged it."""
+    return [*TARGETS, *(t for t in T1_TARGETS if t in runset.runs)]
+
+
 def spearman_table(
     runset: RunSet,
-    targets: Sequence[str] = TARGETS,
+    targets: Sequence[str] | None = None,
     diagnostics: Sequence[str] = DIAGNOSTICS,
     *,
     stat: str = "mean",
@@ -115,9 +120,15 @@ def spearman_table(
     the same with undefined MI at chance, the paper's value, and the can-it-speak columns.
 
     ``stat`` says which summary of each diagnostic is correlated (``mean`` over the run, ``final``,
-    ``peak`` or ``at``); a target is a run-frame column (``peak/val/success_rate``). Groups: ``all``
+    ``peak`` or ``at``); a target is a run-frame column (``peak/val/success_rate``; default:
+    :func:`default_targets`), and one that no run has is a ValueError naming those that exist. Groups: ``all``
     (pooled), then each env when the runs span several. Rows are sorted by rho within each block."""
     runs = runset.runs
+    targets = default_targets(runset) if targets is None else list(targets)
+    missing = [t for t in targets if len(runs) and t not in runs]
+    if missing:
+        have = sorted(c for c in runs.columns if c.startswith(("peak/val/", "final/val/")))
+        raise ValueError(f"no run has target(s) {', '.join(missing)}; these do: {', '.join(have) or 'none'}")
     groups: list[tuple[str, pd.DataFrame]] = [("all", runs)]
     if by_env and "env" in runs and runs["env"].nunique() > 1:
         groups += [(str(env), part) for env, part in runs.groupby("env", sort=True)]

@@ -14,11 +14,15 @@ __all__ = [
     "PAPER_SPEARMAN",
     "PAPER_TIME_CUT",
     "SUCCESS",
+    "T1_TARGETS",
     "TARGETS",
 ]
 
 SUCCESS = "val/success_rate"  # held-out success at T = 0.5, the paper's evaluation temperature
 TARGETS = (f"peak/{SUCCESS}", f"final/{SUCCESS}")
+# held-out success at T = 1 (the training temperature), where a tiny policy's learning and drift show
+# while T = 0.5 sits near its warm start: a default target wherever the runs logged it
+T1_TARGETS = ("peak/val/success_rate_t1", "final/val/success_rate_t1")
 HEADLINE_MI = "collapse_trajectory_sample/mi_zscore_ema"
 
 # the paper's six MI proxies: {retrieval accuracy, MI estimate, MI z-score (EMA)} x {first turn, trajectory}
@@ -34,8 +38,14 @@ ENTROPY_METRICS = (
     "collapse_first_turn_sample/reasoning_entropy_est",
     "actor/entropy",
 )
+# MI beyond copying (docs/metrics.md): the first-turn proxy with the observation's restated spans
+# masked out, beside the state grounding of the traces it scored
+NOCOPY_PROXIES = tuple(
+    f"collapse_first_turn_nocopy_sample/{name}" for name in ("mi_zscore_ema", "mi_estimate", "retrieval_accuracy", "copied_token_frac")
+)
 DIAGNOSTICS = (
     *MI_PROXIES,
+    *NOCOPY_PROXIES,
     *ENTROPY_METRICS,
     "collapse/rv_std_over_mean",
     "collapse/zero_rv_group_frac",

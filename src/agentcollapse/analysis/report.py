@@ -16,7 +16,7 @@ from agentcollapse.analysis.ablations import filter_metric_table, main_table, qu
 from agentcollapse.analysis.correlations import spearman_markdown, spearman_table
 from agentcollapse.analysis.lag import lag_summary, lag_table
 from agentcollapse.analysis.markdown import fmt, fmt_ci, md_table
-from agentcollapse.analysis.paper import PAPER_SLIP, PAPER_TIME_CUT, TARGETS
+from agentcollapse.analysis.paper import PAPER_SLIP, PAPER_TIME_CUT
 from agentcollapse.analysis.plots import plot_forest, plot_grad_buckets, plot_regimes, plot_trajectories
 from agentcollapse.analysis.runs import RunSet, load_runs, value_column
 
@@ -107,7 +107,7 @@ def lag_markdown(table: pd.DataFrame, summary: dict) -> str:
 
 
 def build_tables(
-    runset: RunSet, targets: Sequence[str] = TARGETS, *, stat: str = "mean", n_boot: int = 2000, seed: int = 0
+    runset: RunSet, targets: Sequence[str] | None = None, *, stat: str = "mean", n_boot: int = 2000, seed: int = 0
 ) -> dict[str, pd.DataFrame]:
     """Every table by name: ``spearman``, ``quartile``, ``main``, ``filter_metric``, ``slip``, ``lag``,
     ``lag_summary`` (one row), ``runs`` (settings and held-out success per run) and ``skipped``."""
@@ -133,7 +133,7 @@ def build_tables(
 def write_tables(
     runset: RunSet,
     out_dir: str | Path,
-    targets: Sequence[str] = TARGETS,
+    targets: Sequence[str] | None = None,
     *,
     stat: str = "mean",
     n_boot: int = 2000,
@@ -178,7 +178,7 @@ def write_report(
     out_dir: str | Path | None = None,
     report: str | Path | None = None,
     *,
-    targets: Sequence[str] = TARGETS,
+    targets: Sequence[str] | None = None,
     stat: str = "mean",
     n_boot: int = 2000,
     seed: int = 0,
