@@ -7,6 +7,7 @@ number fails in about a second with one line that names the fix, before anything
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -69,6 +70,10 @@ def main(argv: list[str] | None = None) -> None:
     # Lightning's DDP relaunches every other rank as `python <sys.argv[0]> <sys.argv[1:]>`: point it at
     # this module (runnable as a script), whose arguments are the train command's own.
     sys.argv = [str(Path(__file__).resolve()), *argv]
+    if os.environ.get("LOCAL_RANK", "0") != "0":
+        # A relaunched rank shares rank 0's run dir: Hydra would leave a train_ddp_process_<k>.log in
+        # it, next to the one record. Its log lines go to the console only.
+        sys.argv.append("hydra/job_logging=stdout")
     _task()
 
 
