@@ -43,7 +43,7 @@ test: lint ## lint, then the test suite (slow end-to-end tests included; < 15 mi
 test-fast: $(STAMP) ## run the tests without the slow end-to-end ones
 	$(BIN)/python -m pytest -q -m "not slow"
 
-sweep: $(STAMP) ## the main job: sweeps/$(SWEEP).yaml on ENV with JOBS workers (~32 min on 2 cores); DIR=<sweep dir> resumes one; SEEDS=<n> seeds per cell; N=<trials> for tpe searches
+sweep: $(STAMP) ## the main job: sweeps/$(SWEEP).yaml on ENV with JOBS workers (~1 h on 2 cores); DIR=<sweep dir> resumes one; SEEDS=<n> seeds per cell; N=<trials> for tpe searches
 	$(BIN)/agentcollapse sweep --name $(SWEEP) --jobs $(JOBS) $(if $(DIR),--dir $(DIR),) env=$(ENV) $(if $(SEEDS),'++hydra.sweeper.params.seed="$(shell seq -s, 0 $$(( $(or $(SEEDS),1) - 1 )))"',) $(if $(N),hydra.sweeper.n_trials=$(N),) $(ARGS)
 
 tables: $(STAMP) ## a finished sweep's tables, CSV + Markdown, into <dir>/analysis: SWEEP=<sweep dir> (or DIR=), ARGS="--target ..."
