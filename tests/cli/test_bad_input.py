@@ -75,6 +75,10 @@ CASES = {
     "unknown model (name)": (["model.name=bogus"], ["unknown model 'bogus'", "tiny", "model.path=<dir>"]),
     "model=hf without a path": (["model=hf"], ["model=hf needs model.path="]),
     "model.path missing": (["model.path=/no/such/model"], ["model.path=/no/such/model does not exist"]),
+    "qwen preset without its weights": (
+        ["model=qwen2.5-3b", "model.path=/no/such/qwen"],
+        ["huggingface-cli download Qwen/Qwen2.5-3B-Instruct --local-dir /no/such/qwen", "model.path=/no/such/qwen"],
+    ),
     "G=1 with GRPO": (["rollout.group_size=1"], ["algorithm=grpo", "rollout.group_size>=2", "got 1"]),
     "G=1 with a variance filter": (
         ["rollout.group_size=1", "algorithm=ppo", "filter=rv_top_p"],

@@ -10,6 +10,7 @@ import typing
 import pytest
 
 from agentcollapse.config import RunConfig, compose, field_help, group_options, to_yaml
+from agentcollapse.errors import UserError
 
 GROUPS = ("env", "model", "algorithm", "filter", "callbacks", "trainer", "logger", "experiment")
 
@@ -30,13 +31,30 @@ def test_every_group_has_options():
 
 @pytest.mark.parametrize("group, option", _cases(), ids=[f"{g}={o}" for g, o in _cases()])
 def test_every_option_composes(group, option, tmp_path, cache_dir):
-    extra = [f"model.path={_fake_causal_lm(tmp_path)}"] if (group, option) == ("model", "hf") else []
+    # hf and the hub presets (qwen*, llama*) need weights on disk: a config.json stands in for them
+    extra = [f"model.path={_fake_causal_lm(tmp_path)}"] if group == "model" and option not in ("tiny", "smollm2-135m") else []
     cfg = compose([f"{group}={option}", f"cache_dir={cache_dir}", *extra])
     assert isinstance(cfg, RunConfig)
     if group == "filter":
         assert cfg.filter.name == option
     if group == "callbacks":
         assert cfg.callbacks and all("_target_" in spec for spec in cfg.callbacks.values())
+
+
+HUB_PRESETS = ("qwen2.5-0.5b", "qwen2.5-3b", "qwen2.5-7b", "llama3.2-3b")
+
+
+@pytest.mark.parametrize("preset", HUB_PRESETS)
+def test_hub_preset_without_weights_names_the_download_command(preset, tmp_path, cache_dir):
+    assert preset in group_options("model")
+    missing = tmp_path / "no_weights"
+    with pytest.raises(UserError) as err:
+        compose([f"model={preset}", f"model.path={missing}", f"cache_dir={cache_dir}"])
+    cfg = compose([f"model={preset}", f"model.path={_fake_causal_lm(tmp_path)}", f"cache_dir={cache_dir}"])
+    line = str(err.value)
+    assert "\n" not in line and f"huggingface-cli download {cfg.model.hub_id} --local-dir {missing}" in line
+    assert line.endswith(f"model.path={missing}")
+    assert cfg.model.dtype == "bfloat16" and {"q_proj", "k_proj", "v_proj", "o_proj"} <= set(cfg.model.lora.target_modules)
 
 
 @pytest.mark.parametrize("env", group_options("env"))

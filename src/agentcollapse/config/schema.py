@@ -138,8 +138,13 @@ class LoraConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = opt("tiny", help="tiny (built here) | smollm2-135m | hf (any local causal LM at model.path)")
+    name: str = opt(
+        "tiny", help="tiny (built here) | smollm2-135m | hf (any local causal LM at model.path; the qwen*/llama* presets are hf)"
+    )
     path: Optional[str] = opt(None, help="local Hugging Face model directory (overrides name)")
+    hub_id: Optional[str] = opt(
+        None, help="Hugging Face repo of the weights, named in the download hint only (nothing downloads at run time)"
+    )
     hidden_size: int = opt(128, help="tiny model: hidden size")
     num_layers: int = opt(4, help="tiny model: transformer layers")
     num_heads: int = opt(4, help="tiny model: attention heads")
@@ -149,16 +154,16 @@ class ModelConfig:
     lora: LoraConfig = opt(factory=LoraConfig, help="LoRA adapter settings")
 
     def validate(self) -> None:
-        from agentcollapse.models.policy import DTYPES, MODEL_NAMES, check_causal_lm_dir
+        from agentcollapse.models.policy import DTYPES, MODEL_NAMES, check_causal_lm_dir, hf_path_message
 
         _one_of("model.dtype", self.dtype, tuple(DTYPES))
         self.lora.validate()
         if self.path:
-            check_causal_lm_dir(self.path)
+            check_causal_lm_dir(self.path, self.hub_id)
             return
         _one_of("model", self.name, MODEL_NAMES, "choose with model=<name>, or set model.path=<dir>")
         if self.name == "hf":
-            raise UserError("model=hf needs model.path=<local Hugging Face model directory>")
+            raise UserError(hf_path_message(None, self.hub_id))
         if self.name == "tiny":
             for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
                 _at_least(f"model.{key}", getattr(self, key), 1)

