@@ -44,7 +44,7 @@ test-fast: $(STAMP) ## run the tests without the slow end-to-end ones
 	$(BIN)/python -m pytest -q -m "not slow"
 
 sweep: $(STAMP) ## the main job: sweeps/$(SWEEP).yaml on ENV with JOBS workers (~1 h on 2 cores); DIR=<sweep dir> resumes one; SEEDS=<n> seeds per cell; N=<trials> for tpe searches
-	$(BIN)/agentcollapse sweep --name $(SWEEP) --jobs $(JOBS) $(if $(DIR),--dir $(DIR),) env=$(ENV) $(if $(SEEDS),'++hydra.sweeper.params.seed="$(shell seq -s, 0 $$(( $(or $(SEEDS),1) - 1 )))"',) $(if $(N),hydra.sweeper.n_trials=$(N),) $(ARGS)
+	$(BIN)/agentcollapse sweep --name $(SWEEP) --jobs $(JOBS) $(if $(DIR),--dir $(DIR),) env=$(ENV) $(if $(SEEDS),seed=$(shell seq -s, 0 $$(( $(SEEDS) - 1 ))),) $(if $(N),hydra.sweeper.n_trials=$(N),) $(ARGS)
 
 tables: $(STAMP) ## a finished sweep's tables, CSV + Markdown, into <dir>/analysis: SWEEP=<sweep dir> (or DIR=), ARGS="--target ..."
 	@test -d "$(or $(DIR),$(SWEEP))" || { echo "make tables: SWEEP=<sweep dir> (e.g. multirun/frozenlake/grid-<time>); '$(or $(DIR),$(SWEEP))' is not a directory" >&2; exit 2; }
