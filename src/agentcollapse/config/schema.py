@@ -337,7 +337,7 @@ class TrainerConfig:
     checkpoint_every: int = opt(10, help="write checkpoints/last.ckpt every N iterations (0: never)")
     accelerator: str = opt("cpu", help="Lightning accelerator: cpu | gpu | auto")
     devices: int = opt(1, help="processes/GPUs")
-    strategy: str = opt("auto", help="Lightning strategy: auto | ddp")
+    strategy: str = opt("auto", help="Lightning strategy: auto | ddp (fsdp is refused: see validate)")
     num_threads: int = opt(2, help="torch CPU threads of this run")
     progress_bar: bool = opt(True, help="live progress on a terminal (a line every few percent otherwise)")
 
@@ -347,6 +347,17 @@ class TrainerConfig:
         _at_least("trainer.checkpoint_every", self.checkpoint_every, 0)
         _at_least("trainer.num_threads", self.num_threads, 1)
         _at_least("trainer.devices", self.devices, 1)
+        if self.strategy == "fsdp":
+            # Refused rather than left to hang: the update sums gradients across ranks itself
+            # (lightning/distributed.py), which FSDP's sharded, reduce-scattered gradients break, and
+            # ranks run different numbers of forwards, which FSDP's per-module all-gathers cannot.
+            raise UserError(
+                "trainer.strategy=fsdp is not supported yet: the update sums full gradients across ranks "
+                "itself and each rank runs its own number of micro-batches, neither of which FSDP's sharded "
+                "parameters allow. Use trainer=ddp (every GPU holds the whole model; LoRA keeps a 3B policy's "
+                "optimizer state small)"
+            )
+        _one_of("trainer.strategy", self.strategy, ("auto", "ddp"))
         if self.val_every > 0:
             _at_least("trainer.val_episodes", self.val_episodes, 1)
             if not self.val_temperatures:
