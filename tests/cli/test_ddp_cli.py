@@ -87,12 +87,3 @@ def test_a_rank_with_nothing_to_train_does_not_hang(tmp_path, cache_dir):
     trained = df[df.step >= 1]
     assert (trained["filter/kept_count"] == 1).all()
     assert (trained["actor/num_sequences"] > 0).all() and trained["actor/grad_norm"].notna().all()
-
-
-def test_fsdp_is_refused_with_the_reason_before_anything_starts(tmp_path, cache_dir):
-    run_dir = tmp_path / "run"
-    cmd = [*agentcollapse(), "train", *OVERRIDES, f"cache_dir={cache_dir}", f"run_dir={run_dir}", "trainer.strategy=fsdp"]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0
-    assert "trainer.strategy=fsdp is not supported yet" in proc.stderr and "trainer=ddp" in proc.stderr
-    assert "Traceback" not in proc.stderr and not run_dir.exists()

@@ -136,3 +136,10 @@ def test_skip_samplers_defaults_and_names_are_checked(cache_dir):
     assert compose(["diagnostics.skip_samplers=[]", f"cache_dir={cache_dir}"]).diagnostics.skip_samplers == []
     with pytest.raises(UserError, match="unknown diagnostics.skip_samplers.. 'turn'; valid: first_turn, trajectory, first_turn_nocopy"):
         compose(["diagnostics.skip_samplers=[turn]", f"cache_dir={cache_dir}"])
+
+
+def test_fsdp_is_refused_with_the_reason_and_the_alternative(cache_dir):
+    with pytest.raises(UserError, match=r"trainer.strategy=fsdp is not supported yet: .* Use trainer=ddp"):
+        compose(["trainer.strategy=fsdp", f"cache_dir={cache_dir}"])
+    with pytest.raises(UserError, match="unknown trainer.strategy 'deepspeed'; valid: auto, ddp"):
+        compose(["trainer.strategy=deepspeed", f"cache_dir={cache_dir}"])
