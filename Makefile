@@ -13,7 +13,7 @@ SEEDS ?=
 N ?=
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy mi-check doctor smollm2 gpu-check clean-venv tables report
+.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy mi-check doctor smollm2 gpu-check clean-venv tables report bench-trl
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
@@ -67,6 +67,17 @@ bench: bench-iteration bench-rollout bench-filter bench-proxy ## every quick ben
 
 bench-iteration: $(STAMP) ## one RL iteration vs the code before the performance work, and vs the matmul limit
 	$(BIN)/python benchmarks/bench_iteration.py $(ARGS)
+
+bench-trl: ## our RL iteration vs TRL's GRPOTrainer, alternating (benchmark-only .venv-trl: trl==1.16.0 on requirements.lock's versions)
+	@if [ ! -f .venv-trl/.installed ] || [ requirements.lock -nt .venv-trl/.installed ] || [ pyproject.toml -nt .venv-trl/.installed ]; then \
+		echo "setting up .venv-trl: trl==1.16.0 with the torch/transformers/peft/accelerate of requirements.lock (first time: a few minutes)"; \
+		{ test -x .venv-trl/bin/python || $(PY) -m venv .venv-trl; } && \
+		.venv-trl/bin/pip install -q torch==2.13.0 && \
+		.venv-trl/bin/pip install -q -r requirements.lock -c requirements.lock trl==1.16.0 && \
+		.venv-trl/bin/pip install -q --no-deps -e . && \
+		touch .venv-trl/.installed; \
+	fi
+	.venv-trl/bin/python benchmarks/bench_trl.py $(ARGS)
 
 bench-rollout: $(STAMP) ## rollout tokens/s and warm-start held-out success
 	$(BIN)/python benchmarks/bench_rollout.py env=$(ENV) $(ARGS)

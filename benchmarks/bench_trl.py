@@ -1,0 +1,489 @@
+"""Our RL iteration against TRL's ``GRPOTrainer``, side by side, on the same model, task and sizes.
+
+    make bench-trl [ARGS="--repeats 3 --steps 4 --threads 2"]
+    .venv-trl/bin/python benchmarks/bench_trl.py [--vocabs natural,49152] [--repeats 3] [--steps 4] [overrides ...]
+
+TRL is a benchmark-only extra: ``make bench-trl`` creates ``.venv-trl`` (trl==1.16.0 on the versions of
+``requirements.lock``, plus this project, editable) and runs this script there; the project never
+imports trl.
+
+Both sides train the same single-turn task (Countdown prompts rendered by our chat template, the
+same token ids), P x G completions per iteration (default 8 x 16 = 128), at most ``--max-new-tokens``
+(40) each, with the same LoRA (r, alpha, dropout, target modules of ``model=tiny``), sampling at T=1,
+on ``--threads`` torch threads:
+
+* **ours**: ``agentcollapse train`` (the CLI, as ``bench_iteration.py``) with ``env=countdown``,
+  ``model.path=<the model below>`` (``model=tiny``'s LoRA and dtype), GRPO defaults, the MI proxy
+  on every step (``diagnostics.compute_freq=1``), no validation, no checkpoints. Per-phase times are
+  the run's own ``perf/*`` metrics (``metrics.csv``).
+* **TRL**: ``GRPOTrainer`` with ``GRPOConfig(use_cpu=True, bf16=False, num_generations=G,
+  per_device_train_batch_size=P*G/4, gradient_accumulation_steps=4, max_completion_length=40)``
+  (everything else TRL's defaults), ``peft_config`` = the same LoRA, and a reward function that
+  scores each completion with our Countdown env exactly as our rollout does. One optimizer step =
+  one generation batch of P x G = one iteration. Per-phase times come from wrapping the trainer's
+  ``_generate`` (tokenize + ``generate`` + decode) and ``_generate_and_score_completions`` (plus
+  rewards and advantages); the rest of the step is the loss, backward and optimizer step.
+
+The model: a freshly initialised Llama with ``model=tiny``'s body (hidden 128, 4 layers, 4 heads,
+MLP 384, tied embeddings) and its word-level tokenizer built from the Countdown text as our warm start
+builds it; no training is needed for a timing benchmark. ``--vocabs`` picks the head: ``natural``
+(that tokenizer's own vocabulary) and/or a size such as 49152 (SmolLM2's), filled with unused words.
+To make both sides generate exactly ``max_new_tokens`` tokens, embedding dimension 0 is set to +2
+for every token and to -2 for the tokens either side stops or pads at (``</s>``, ``</answer>``,
+``<pad>``): with tied embeddings, after any other token their logits sit far below every other
+token's (the residual stream's dimension 0 stays positive), so no completion ever stops early (checked at build time, and each side's measured completion lengths are
+reported). Every op stays dense, so this changes no kernel's cost.
+
+Runs alternate (ours, TRL; then TRL, ours; ...), ``--repeats`` pairs per vocabulary, each run
+``--steps`` iterations of which the first (one-off costs) is discarded; medians over the rest.
+Writes ``benchmarks/results/trl.json`` and ``trl.md``. Not a test: numbers go in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+SMOLLM2_VOCAB = 49152
+CORPUS_EPISODES = 4000  # demonstration episodes whose words make the tokenizer (the warm start uses the same generator)
+STOP_MARGIN = 2.0  # embedding dimension 0: +STOP_MARGIN for every token, minus it for the stop/pad tokens
+ACCUMULATION = 4  # TRL: gradient_accumulation_steps of the config in the issue
+OURS_PHASES = {
+    "step": "perf/step_time_s",
+    "rollout": "perf/rollout_time_s",
+    "proxy": "perf/collapse_time_s",
+    "scoring": "perf/scoring_time_s",
+    "update": "perf/update_time_s",
+}
+
+
+# -- the shared model ----------------------------------------------------------------------------
+def base_config(overrides: list[str] | None = None) -> Any:
+    from agentcollapse.config import compose
+
+    return compose(["env=countdown", *(overrides or [])])
+
+
+def stop_and_pad_ids(tokenizer: Any) -> list[int]:
+    ids = {int(tokenizer.eos_token_id), int(tokenizer.pad_token_id), int(tokenizer.convert_tokens_to_ids("</answer>"))}
+    return sorted(ids)
+
+
+def build_model_dir(cfg: Any, vocab: int | None, path: Path, seed: int = 0) -> dict[str, Any]:
+    """A fresh tiny Llama + our Countdown tokenizer (``vocab`` tokens, or its natural size) in ``path``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from agentcollapse import envs
+    from agentcollapse.models.tiny import demonstration_episodes
+    from agentcollapse.models.tokenizer import build_tokenizer
+
+    ws = cfg.model.warm_start
+    system_prompt, episodes = demonstration_episodes(cfg.env, CORPUS_EPISODES, ws.suboptimal_prob, ws.template_prob, ws.seed)
+    env = envs.make(cfg.env.name, **dict(cfg.env.kwargs))
+    corpus = [system_prompt, *env.templates, "Turn Reward : - . \n"]
+    corpus += [m["content"] for turns in episodes for messages, _ in turns for m in messages]
+    corpus += [resp for turns in episodes for _, resp in turns]
+    tokenizer = build_tokenizer(corpus)
+    natural = len(tokenizer)
+    if vocab is not None and vocab > natural:
+        corpus.append(" ".join(f"zzunused{i:06d}" for i in range(vocab - natural)))
+        tokenizer = build_tokenizer(corpus)
+    if vocab is not None and len(tokenizer) != vocab:
+        raise SystemExit(f"vocabulary {vocab} asked, tokenizer has {len(tokenizer)} (natural size {natural})")
+    m = cfg.model
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=m.hidden_size,
+        intermediate_size=m.intermediate_size,
+        num_hidden_layers=m.num_layers,
+        num_attention_heads=m.num_heads,
+        num_key_value_heads=m.num_heads,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    banned = stop_and_pad_ids(tokenizer)
+    with torch.no_grad():
+        weight = model.get_input_embeddings().weight
+        weight[:, 0] = STOP_MARGIN
+        weight[banned, 0] = -STOP_MARGIN
+    # Check: after a real prompt, and after every non-banned token of it, the banned tokens are never likely.
+    from agentcollapse.models.context import encode, first_user_message, render_context
+
+    obs = env.reset(1)
+    text = render_context(
+        tokenizer, [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": first_user_message(obs)}]
+    )
+    ids = encode(tokenizer, text)
+    with torch.no_grad():
+        probs = model(input_ids=torch.tensor([ids])).logits.softmax(-1)[0]
+    free = [i for i, t in enumerate(ids) if t not in banned]  # the prompt itself holds a literal </answer>
+    worst = float(probs[free][:, banned].max())
+    if worst > 1e-6:
+        raise SystemExit(f"stop tokens not suppressed (max probability {worst:.2g})")
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    params = sum(p.numel() for p in model.parameters())
+    return {"vocab": len(tokenizer), "natural_vocab": natural, "params": params, "max_banned_prob": worst, "banned_ids": banned}
+
+
+def prompts_for(cfg: Any, tokenizer: Any, iterations: int, num_prompts: int) -> tuple[list[str], list[int]]:
+    """The rendered first-turn contexts our trainer decodes from, iteration by iteration (same seeds)."""
+    from agentcollapse import envs, seeds
+    from agentcollapse.models.context import first_user_message, render_context
+
+    texts, env_seeds = [], []
+    env = envs.make(cfg.env.name, **dict(cfg.env.kwargs))
+    for it in range(iterations):
+        for seed in seeds.train_env_seeds(cfg.seed, it, num_prompts):
+            obs = env.reset(seed)
+            messages = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": first_user_message(obs)}]
+            texts.append(render_context(tokenizer, messages))
+            env_seeds.append(seed)
+    return texts, env_seeds
+
+
+# -- our side --------------------------------------------------------------------------------------
+def run_ours(model_dir: Path, args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
+    overrides = [
+        "env=countdown",
+        "model=tiny",
+        f"model.path={model_dir}",
+        f"rollout.num_prompts={args.prompts}",
+        f"rollout.group_size={args.group}",
+        f"rollout.max_new_tokens={args.max_new_tokens}",
+        "diagnostics.compute_freq=1",
+        f"trainer.max_steps={args.steps}",
+        "trainer.val_every=0",
+        "trainer.checkpoint_every=0",
+        f"trainer.num_threads={args.threads}",
+        "trainer.progress_bar=false",
+        "logger=csv",
+        *args.overrides,
+        f"run_dir={run_dir}",
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": str(args.threads), "WANDB_MODE": "disabled"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentcollapse.cli.main", "train", *overrides], env=env, capture_output=True, text=True, cwd=ROOT
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"our run failed:\n{proc.stderr[-3000:]}")
+    import pandas as pd
+
+    rows = pd.read_csv(run_dir / "metrics.csv")
+    rows = rows[rows["step"] >= 1].sort_values("step")
+    out: dict[str, Any] = {name: rows[col].fillna(0.0).tolist() if col in rows else [] for name, col in OURS_PHASES.items()}
+    out["completion_length"] = rows["rollout/response_length"].tolist()
+    out["tokens_per_s"] = rows["perf/rollout_tokens_per_s"].tolist()
+    out["config"] = overrides
+    return out
+
+
+# -- TRL's side (a worker process: python bench_trl.py --trl-worker ...) --------------------------
+def trl_worker(args: argparse.Namespace) -> None:
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import AutoModelForCausalLM, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from agentcollapse import envs
+    from agentcollapse.envs.parsing import parse_response
+    from agentcollapse.models.context import encode
+    from agentcollapse.models.policy import Policy
+    from agentcollapse.models.tiny import load_tokenizer
+
+    cfg = base_config()
+    model_dir = Path(args.trl_worker)
+    tokenizer = load_tokenizer(model_dir)
+    tokenizer.padding_side = "left"
+    texts, env_seeds = prompts_for(cfg, tokenizer, args.steps, args.prompts)
+    if tokenizer(text=texts[:1])["input_ids"][0] != encode(tokenizer, texts[0]):
+        raise SystemExit("TRL would tokenize the prompt differently from our rollout")
+    decoder = Policy(model=None, tokenizer=tokenizer)  # type: ignore[arg-type]
+
+    def countdown_reward(completion_ids: list[list[int]], env_seed: list[int], **_: Any) -> list[float]:
+        """Our rollout's reward: parse <think>/<answer>, step a fresh Countdown env on the answer."""
+        rewards = []
+        for ids, seed in zip(completion_ids, env_seed, strict=True):
+            parsed = parse_response(decoder.decode(ids))
+            env = envs.make(cfg.env.name, **dict(cfg.env.kwargs))
+            env.reset(int(seed))
+            rewards.append(env.step(parsed.answer if parsed.format_valid else "")[1])
+        return rewards
+
+    batch = args.prompts * args.group
+    if batch % ACCUMULATION:
+        raise SystemExit(f"P x G = {batch} must be a multiple of {ACCUMULATION} (TRL's gradient_accumulation_steps here)")
+    trl_config: dict[str, Any] = {
+        "use_cpu": True,
+        "bf16": False,
+        "num_generations": args.group,
+        "per_device_train_batch_size": batch // ACCUMULATION,
+        "gradient_accumulation_steps": ACCUMULATION,
+        "max_completion_length": args.max_new_tokens,
+    }
+    for item in args.trl_arg:
+        key, _, value = item.partition("=")
+        trl_config[key] = json.loads(value)
+    lora = cfg.model.lora
+    with tempfile.TemporaryDirectory() as tmp:
+        config = GRPOConfig(
+            output_dir=tmp,
+            max_steps=args.steps,
+            logging_steps=1,
+            report_to="none",
+            save_strategy="no",
+            disable_tqdm=True,
+            seed=cfg.seed,
+            **trl_config,
+        )
+        model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=[countdown_reward],
+            args=config,
+            train_dataset=Dataset.from_dict({"prompt": texts, "env_seed": env_seeds}),
+            processing_class=tokenizer,
+            peft_config=LoraConfig(
+                r=lora.r,
+                lora_alpha=lora.alpha,
+                lora_dropout=lora.dropout,
+                target_modules=list(lora.target_modules),
+                bias="none",
+                task_type="CAUSAL_LM",
+            ),
+        )
+        record: dict[str, list[float]] = {
+            k: [] for k in ("step", "interval", "rollout", "prepare", "completion_length", "prompt_length", "completions")
+        }
+        pending = {"rollout": 0.0, "prepare": 0.0}
+
+        def timed(name: str, fn: Any) -> Any:
+            def wrapper(*a: Any, **kw: Any) -> Any:
+                started = time.perf_counter()
+                result = fn(*a, **kw)
+                pending[name] += time.perf_counter() - started
+                if name == "rollout":
+                    prompt_ids, completion_ids = result[0], result[1]
+                    record["completion_length"].append(statistics.fmean(len(c) for c in completion_ids))
+                    record["prompt_length"].append(statistics.fmean(len(p) for p in prompt_ids))
+                    record["completions"].append(len(completion_ids))
+                return result
+
+            return wrapper
+
+        trainer._generate = timed("rollout", trainer._generate)
+        trainer._generate_and_score_completions = timed("prepare", trainer._generate_and_score_completions)
+
+        class StepTimes(TrainerCallback):
+            def __init__(self) -> None:
+                self.begin = self.last_end = time.perf_counter()
+
+            def on_step_begin(self, *_: Any, **__: Any) -> None:
+                self.begin = time.perf_counter()
+
+            def on_step_end(self, *_: Any, **__: Any) -> None:
+                now = time.perf_counter()
+                record["step"].append(now - self.begin)
+                record["interval"].append(now - self.last_end)
+                self.last_end = now
+                record["rollout"].append(pending["rollout"])
+                record["prepare"].append(pending["prepare"])
+                pending["rollout"] = pending["prepare"] = 0.0
+
+        trainer.add_callback(StepTimes())
+        trainer.train()
+    record["update"] = [s - p for s, p in zip(record["step"], record["prepare"], strict=True)]
+    record["rewards_and_advantages"] = [p - r for p, r in zip(record["prepare"], record["rollout"], strict=True)]
+    Path(args.worker_out).write_text(json.dumps({"record": record, "config": trl_config}))
+
+
+def run_trl(model_dir: Path, args: argparse.Namespace, out_file: Path) -> dict[str, Any]:
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--trl-worker",
+        str(model_dir),
+        "--worker-out",
+        str(out_file),
+        *(f"--{k}={getattr(args, k.replace('-', '_'))}" for k in ("steps", "threads", "prompts", "group", "max-new-tokens")),
+        *(f"--trl-arg={a}" for a in args.trl_arg),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": str(args.threads), "WANDB_MODE": "disabled"}
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        raise SystemExit(f"TRL run failed:\n{proc.stderr[-3000:]}")
+    data = json.loads(out_file.read_text())
+    return {**data["record"], "config": data["config"]}
+
+
+# -- the comparison ----------------------------------------------------------------------------------
+def kept(runs: list[dict[str, Any]], key: str) -> list[float]:
+    """Every run's values of ``key`` without its first iteration (the warm-up)."""
+    return [v for run in runs for v in run.get(key, [])[1:]]
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def versions() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = {}
+    for name in ("torch", "transformers", "peft", "accelerate", "trl", "lightning"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = "missing"
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--vocabs", default=f"natural,{SMOLLM2_VOCAB}", help="comma-separated: natural and/or vocabulary sizes")
+    ap.add_argument("--repeats", type=int, default=3, help="alternating ours/TRL pairs per vocabulary")
+    ap.add_argument("--steps", type=int, default=4, help="iterations per run (the first is discarded)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompts", type=int, default=8, help="P")
+    ap.add_argument("--group", type=int, default=16, help="G")
+    ap.add_argument("--max-new-tokens", type=int, default=40)
+    ap.add_argument("--max-minutes", type=float, default=0.0, help="stop starting new pairs after this many minutes (0: no limit)")
+    ap.add_argument("--trl-arg", action="append", default=[], help="extra GRPOConfig field, KEY=JSON (e.g. gradient_checkpointing=false)")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--trl-worker", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for our side")
+    args = ap.parse_args()
+    if args.trl_worker:
+        trl_worker(args)
+        return
+    if args.steps < 2:
+        raise SystemExit("--steps must be >= 2 (the first iteration of each run is discarded)")
+    vocab_names = [v.strip() for v in args.vocabs.split(",") if v.strip()]
+    cfg = base_config()
+    started = time.perf_counter()
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs = {}
+        for name in vocab_names:
+            dirs[name] = Path(tmp) / f"model-{name}"
+            info = build_model_dir(cfg, None if name == "natural" else int(name), dirs[name])
+            results[name] = {"model": info, "ours": [], "trl": []}
+            print(f"model {name}: vocabulary {info['vocab']}, {info['params']:,} parameters", flush=True)
+        for rep in range(args.repeats):
+            if rep and args.max_minutes and time.perf_counter() - started > args.max_minutes * 60:
+                print(f"time limit: stopping after {rep} pair(s)", flush=True)
+                break
+            for name in vocab_names:
+                order = ("ours", "trl") if rep % 2 == 0 else ("trl", "ours")
+                for side in order:
+                    t0 = time.perf_counter()
+                    run_file = Path(tmp) / f"{side}-{name}-{rep}"
+                    run = (
+                        run_ours(dirs[name], args, run_file) if side == "ours" else run_trl(dirs[name], args, run_file.with_suffix(".json"))
+                    )
+                    results[name][side].append(run)
+                    print(
+                        f"[{name}] {side} run {rep + 1}/{args.repeats}: {time.perf_counter() - t0:.0f}s wall, "
+                        f"iterations {', '.join(f'{s:.2f}' for s in run['step'])} s",
+                        flush=True,
+                    )
+    summary: dict[str, Any] = {}
+    for name, res in results.items():
+        ours, trl = res["ours"], res["trl"]
+        s: dict[str, Any] = {
+            "vocab": res["model"]["vocab"],
+            "pairs": min(len(ours), len(trl)),
+            "iterations_kept": {"ours": len(kept(ours, "step")), "trl": len(kept(trl, "step"))},
+            "ours_s": {phase: median(kept(ours, phase)) for phase in OURS_PHASES},
+            "trl_s": {phase: median(kept(trl, phase)) for phase in ("step", "interval", "rollout", "rewards_and_advantages", "update")},
+            "completion_length": {
+                "ours": sorted({round(v, 3) for run in ours for v in run["completion_length"]}),
+                "trl": sorted({round(v, 3) for run in trl for v in run["completion_length"]}),
+            },
+            "trl_prompt_length": median([v for run in trl for v in run["prompt_length"]]),
+            "trl_completions_per_iteration": sorted({int(v) for run in trl for v in run["completions"]}),
+        }
+        s["ratio_ours_over_trl"] = s["ours_s"]["step"] / s["trl_s"]["step"]
+        s["goal_0_8_met"] = bool(s["ratio_ours_over_trl"] <= 0.8)
+        summary[name] = s
+    report = {
+        "settings": {
+            "P": args.prompts,
+            "G": args.group,
+            "max_new_tokens": args.max_new_tokens,
+            "threads": args.threads,
+            "repeats": args.repeats,
+            "steps_per_run": args.steps,
+            "lora": {k: getattr(cfg.model.lora, k) for k in ("r", "alpha", "dropout", "target_modules")},
+            "ours_overrides": results[vocab_names[0]]["ours"][0]["config"] if results[vocab_names[0]]["ours"] else [],
+            "trl_config": results[vocab_names[0]]["trl"][0]["config"] if results[vocab_names[0]]["trl"] else {},
+            "versions": versions(),
+            "wall_s": round(time.perf_counter() - started, 1),
+        },
+        "summary": summary,
+        "raw": {name: {"model": res["model"], "ours": res["ours"], "trl": res["trl"]} for name, res in results.items()},
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "trl.json").write_text(json.dumps(report, indent=2, default=str))
+    v = report["settings"]["versions"]
+    lines = [
+        f"# One RL iteration: ours vs TRL {v['trl']} GRPOTrainer (P={args.prompts} x G={args.group}, {args.max_new_tokens} new tokens, "
+        f"{args.threads} thread(s), medians of iterations 2..{args.steps} over {args.repeats} alternating pairs)",
+        "",
+        "| vocabulary | ours (s) | TRL (s) | ours / TRL | goal <= 0.8 | completion length ours / TRL |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, s in summary.items():
+        lengths = f"{'/'.join(map(str, s['completion_length']['ours']))} / {'/'.join(map(str, s['completion_length']['trl']))}"
+        lines.append(
+            f"| {s['vocab']} ({name}) | {s['ours_s']['step']:.2f} | {s['trl_s']['step']:.2f} | **{s['ratio_ours_over_trl']:.2f}** | "
+            f"{'met' if s['goal_0_8_met'] else 'not met'} | {lengths} |"
+        )
+    lines += [
+        "",
+        "| vocabulary | side | step | rollout | MI proxy | scoring | rewards + advantages | update |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for s in summary.values():
+        o, t = s["ours_s"], s["trl_s"]
+        lines.append(
+            f"| {s['vocab']} | ours | {o['step']:.2f} | {o['rollout']:.2f} | {o['proxy']:.2f} | {o['scoring']:.2f} | (in rollout) | {o['update']:.2f} |"
+        )
+        lines.append(
+            f"| {s['vocab']} | TRL | {t['step']:.2f} | {t['rollout']:.2f} | - | - | {t['rewards_and_advantages']:.2f} | {t['update']:.2f} |"
+        )
+    lines += [
+        "",
+        "TRL's update = its step minus generation, rewards and advantages (loss, backward, optimizer step over 4 micro-batches); "
+        "TRL step-to-step interval (includes its logging): "
+        + ", ".join(f"{s['vocab']}: {s['trl_s']['interval']:.2f} s" for s in summary.values()),
+        "",
+        "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + f". Wall time {report['settings']['wall_s']:.0f} s.",
+    ]
+    (out / "trl.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
