@@ -1,7 +1,7 @@
 """Our RL iteration against TRL's ``GRPOTrainer``, side by side, on the same model, task and sizes.
 
-    make bench-trl [ARGS="--repeats 3 --steps 4 --threads 2"]
-    .venv-trl/bin/python benchmarks/bench_trl.py [--vocabs natural,49152] [--repeats 3] [--steps 4] [overrides ...]
+    make bench-trl [ARGS="--repeats 2 --steps 4 --threads 2 --max-minutes 12"]
+    .venv-trl/bin/python benchmarks/bench_trl.py [--vocabs natural,49152] [--repeats 2] [--steps 4] [overrides ...]
 
 TRL is a benchmark-only extra: ``make bench-trl`` creates ``.venv-trl`` (trl==1.16.0 on the versions of
 ``requirements.lock``, plus this project, editable) and runs this script there; the project never
@@ -31,12 +31,18 @@ builds it; no training is needed for a timing benchmark. ``--vocabs`` picks the 
 To make both sides generate exactly ``max_new_tokens`` tokens, embedding dimension 0 is set to +2
 for every token and to -2 for the tokens either side stops or pads at (``</s>``, ``</answer>``,
 ``<pad>``): with tied embeddings, after any other token their logits sit far below every other
-token's (the residual stream's dimension 0 stays positive), so no completion ever stops early (checked at build time, and each side's measured completion lengths are
-reported). Every op stays dense, so this changes no kernel's cost.
+token's (the residual stream's dimension 0 stays positive), so no completion ever stops early
+(checked at build time, and each side's measured completion lengths are reported). The MI proxy
+scores the reasoning before ``</think>``, which a fresh model would almost never write (1 token in
+the vocabulary): ``--think-rate`` (default 0.04) raises ``</think>`` to that probability a token, so
+most completions carry reasoning and the proxy does a trained policy's work (``--think-rate 0``: the
+plain fresh model). Every op stays dense, so none of this changes a kernel's cost.
 
 Runs alternate (ours, TRL; then TRL, ours; ...), ``--repeats`` pairs per vocabulary, each run
 ``--steps`` iterations of which the first (one-off costs) is discarded; medians over the rest.
-Writes ``benchmarks/results/trl.json`` and ``trl.md``. Not a test: numbers go in docs/performance.md.
+Writes ``benchmarks/results/trl.json`` and ``trl.md`` (rewritten after every run, so a run cut short
+still leaves its numbers). One pair of both vocabularies takes 7 minutes or more on 2 cores (the
+49,152 head costs ~40 s an iteration on either side with ``--think-rate 0``). Not a test: numbers go in docs/performance.md.
 """
 
 from __future__ import annotations
@@ -78,7 +84,7 @@ def stop_and_pad_ids(tokenizer: Any) -> list[int]:
     return sorted(ids)
 
 
-def build_model_dir(cfg: Any, vocab: int | None, path: Path, seed: int = 0) -> dict[str, Any]:
+def build_model_dir(cfg: Any, vocab: int | None, path: Path, seed: int = 0, think_rate: float = 0.0) -> dict[str, Any]:
     """A fresh tiny Llama + our Countdown tokenizer (``vocab`` tokens, or its natural size) in ``path``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -135,11 +141,28 @@ def build_model_dir(cfg: Any, vocab: int | None, path: Path, seed: int = 0) -> d
     worst = float(probs[free][:, banned].max())
     if worst > 1e-6:
         raise SystemExit(f"stop tokens not suppressed (max probability {worst:.2g})")
+    think_logit = None
+    if think_rate > 0:  # raise </think> (never a stop token) to ~think_rate a step: the MI proxy gets reasoning to score
+        think = int(tokenizer.convert_tokens_to_ids("</think>"))
+        lo, hi = STOP_MARGIN, STOP_MARGIN + 20.0
+        with torch.no_grad():
+            for _ in range(30):
+                weight[think, 0] = (lo + hi) / 2
+                p = float(model(input_ids=torch.tensor([ids])).logits[0, -1].softmax(-1)[think])
+                lo, hi = (weight[think, 0].item(), hi) if p < think_rate else (lo, weight[think, 0].item())
+        think_logit = p
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
     params = sum(p.numel() for p in model.parameters())
-    return {"vocab": len(tokenizer), "natural_vocab": natural, "params": params, "max_banned_prob": worst, "banned_ids": banned}
+    return {
+        "vocab": len(tokenizer),
+        "natural_vocab": natural,
+        "params": params,
+        "max_banned_prob": worst,
+        "banned_ids": banned,
+        "think_close_prob": think_logit,
+    }
 
 
 def prompts_for(cfg: Any, tokenizer: Any, iterations: int, num_prompts: int) -> tuple[list[str], list[int]]:
@@ -189,6 +212,9 @@ def run_ours(model_dir: Path, args: argparse.Namespace, run_dir: Path) -> dict[s
     rows = rows[rows["step"] >= 1].sort_values("step")
     out: dict[str, Any] = {name: rows[col].fillna(0.0).tolist() if col in rows else [] for name, col in OURS_PHASES.items()}
     out["completion_length"] = rows["rollout/response_length"].tolist()
+    # what the MI proxy had to score: the share of responses with reasoning, first-turn traces kept
+    out["valid_thinking_rate"] = rows["collapse/valid_thinking_rate"].tolist() if "collapse/valid_thinking_rate" in rows else []
+    out["proxy_traces"] = rows["collapse/first_turn_num_valid"].tolist() if "collapse/first_turn_num_valid" in rows else []
     out["tokens_per_s"] = rows["perf/rollout_tokens_per_s"].tolist()
     out["config"] = overrides
     return out
@@ -360,13 +386,26 @@ def versions() -> dict[str, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vocabs", default=f"natural,{SMOLLM2_VOCAB}", help="comma-separated: natural and/or vocabulary sizes")
-    ap.add_argument("--repeats", type=int, default=3, help="alternating ours/TRL pairs per vocabulary")
+    ap.add_argument(
+        "--repeats", type=int, default=2, help="alternating ours/TRL pairs per vocabulary (one pair of both: 7+ min on 2 cores)"
+    )
     ap.add_argument("--steps", type=int, default=4, help="iterations per run (the first is discarded)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompts", type=int, default=8, help="P")
     ap.add_argument("--group", type=int, default=16, help="G")
     ap.add_argument("--max-new-tokens", type=int, default=40)
-    ap.add_argument("--max-minutes", type=float, default=0.0, help="stop starting new pairs after this many minutes (0: no limit)")
+    ap.add_argument(
+        "--think-rate",
+        type=float,
+        default=0.04,
+        help="probability of </think> per generated token, so most completions carry reasoning the MI proxy scores (0: ~1/vocab)",
+    )
+    ap.add_argument(
+        "--max-minutes",
+        type=float,
+        default=0.0,
+        help="start no pair that would end past this many minutes (estimated from the longest pair so far; 0: no limit)",
+    )
     ap.add_argument("--trl-arg", action="append", default=[], help="extra GRPOConfig field, KEY=JSON (e.g. gradient_checkpointing=false)")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("--trl-worker", default=None, help=argparse.SUPPRESS)
@@ -386,13 +425,19 @@ def main() -> None:
         dirs = {}
         for name in vocab_names:
             dirs[name] = Path(tmp) / f"model-{name}"
-            info = build_model_dir(cfg, None if name == "natural" else int(name), dirs[name])
+            info = build_model_dir(cfg, None if name == "natural" else int(name), dirs[name], think_rate=args.think_rate)
             results[name] = {"model": info, "ours": [], "trl": []}
             print(f"model {name}: vocabulary {info['vocab']}, {info['params']:,} parameters", flush=True)
+        longest_pair = 0.0
         for rep in range(args.repeats):
-            if rep and args.max_minutes and time.perf_counter() - started > args.max_minutes * 60:
-                print(f"time limit: stopping after {rep} pair(s)", flush=True)
+            elapsed = time.perf_counter() - started
+            if rep and args.max_minutes and elapsed + longest_pair > args.max_minutes * 60:
+                print(
+                    f"time limit: another pair (~{longest_pair:.0f} s) would end past {args.max_minutes} min; stopping after {rep}",
+                    flush=True,
+                )
                 break
+            pair_started = time.perf_counter()
             for name in vocab_names:
                 order = ("ours", "trl") if rep % 2 == 0 else ("trl", "ours")
                 for side in order:
@@ -407,6 +452,14 @@ def main() -> None:
                         f"iterations {', '.join(f'{s:.2f}' for s in run['step'])} s",
                         flush=True,
                     )
+                    write_report(args, cfg, results, started, final=False)  # a cut-short run still leaves its numbers
+            longest_pair = max(longest_pair, time.perf_counter() - pair_started)
+    write_report(args, cfg, results, started, final=True)
+
+
+def write_report(args: argparse.Namespace, cfg: Any, results: dict[str, dict[str, Any]], started: float, final: bool) -> None:
+    """``trl.json`` and ``trl.md`` from the runs so far (the table is printed when ``final``)."""
+    first = next(iter(results.values()))
     summary: dict[str, Any] = {}
     for name, res in results.items():
         ours, trl = res["ours"], res["trl"]
@@ -420,6 +473,7 @@ def main() -> None:
                 "ours": sorted({round(v, 3) for run in ours for v in run["completion_length"]}),
                 "trl": sorted({round(v, 3) for run in trl for v in run["completion_length"]}),
             },
+            "ours_valid_thinking_rate": median([v for run in ours for v in run.get("valid_thinking_rate", [])]),
             "trl_prompt_length": median([v for run in trl for v in run["prompt_length"]]),
             "trl_completions_per_iteration": sorted({int(v) for run in trl for v in run["completions"]}),
         }
@@ -433,10 +487,12 @@ def main() -> None:
             "max_new_tokens": args.max_new_tokens,
             "threads": args.threads,
             "repeats": args.repeats,
+            "pairs_run": min(len(res["trl"]) for res in results.values()),
+            "complete": final,
             "steps_per_run": args.steps,
             "lora": {k: getattr(cfg.model.lora, k) for k in ("r", "alpha", "dropout", "target_modules")},
-            "ours_overrides": results[vocab_names[0]]["ours"][0]["config"] if results[vocab_names[0]]["ours"] else [],
-            "trl_config": results[vocab_names[0]]["trl"][0]["config"] if results[vocab_names[0]]["trl"] else {},
+            "ours_overrides": first["ours"][0]["config"] if first["ours"] else [],
+            "trl_config": first["trl"][0]["config"] if first["trl"] else {},
             "versions": versions(),
             "wall_s": round(time.perf_counter() - started, 1),
         },
@@ -449,7 +505,7 @@ def main() -> None:
     v = report["settings"]["versions"]
     lines = [
         f"# One RL iteration: ours vs TRL {v['trl']} GRPOTrainer (P={args.prompts} x G={args.group}, {args.max_new_tokens} new tokens, "
-        f"{args.threads} thread(s), medians of iterations 2..{args.steps} over {args.repeats} alternating pairs)",
+        f"{args.threads} thread(s), medians of iterations 2..{args.steps} over {report['settings']['pairs_run']} alternating pair(s))",
         "",
         "| vocabulary | ours (s) | TRL (s) | ours / TRL | goal <= 0.8 | completion length ours / TRL |",
         "|---|---|---|---|---|---|",
@@ -482,7 +538,8 @@ def main() -> None:
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + f". Wall time {report['settings']['wall_s']:.0f} s.",
     ]
     (out / "trl.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    if final:
+        print("\n".join(lines))
 
 
 if __name__ == "__main__":
