@@ -96,3 +96,24 @@ def test_unknown_algorithm_lists_valid_ones(make_cfg):
 def test_presets_are_overridable_field_by_field(make_cfg):
     algo = algorithm_preset(make_cfg("algorithm=dapo", "algorithm.kl_coef=0.01").algorithm)
     assert (algo.clip_low, algo.clip_high, algo.kl_coef) == (0.2, 0.28, 0.01)
+
+
+def test_logits_start_at_the_first_target_and_match_the_full_forward(make_cfg, tiny_policy):
+    from agentcollapse.rollout.sequences import build_sequences, collate
+
+    module = _module(make_cfg, tiny_policy, "algorithm=ppo")
+    seqs = build_sequences(_hand_batch(tiny_policy, [[1.0, 0.0], [0.0, 1.0]]))
+    mb = collate(seqs, list(range(len(seqs.input_ids))), module.pad_id)
+    start = int(mb["logits_from"])
+    first_response = seqs.loss_mask[0].index(1)
+    assert start == first_response - 1 > 0  # the logits at position t predict token t + 1
+    with torch.no_grad():
+        logits, logp, values = module.forward_sequences(mb, with_values=True)
+        full = module.model(input_ids=mb["input_ids"], output_hidden_states=True)
+    ids = mb["input_ids"]
+    full_logp = torch.log_softmax(full.logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    assert logits.shape[1] == ids.shape[1] - start and mb["response_mask"].shape == logp.shape == values.shape
+    torch.testing.assert_close(logits, full.logits[:, start:])
+    torch.testing.assert_close(logp, full_logp[:, start:])
+    torch.testing.assert_close(values, module.value_head(full.hidden_states[-1][:, :-1])[:, start:])
+    assert mb["response_mask"][:, 0].all()  # nothing a target was cut

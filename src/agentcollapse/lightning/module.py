@@ -277,7 +277,7 @@ class AgentRLModule(L.LightningModule):
         counts = np.zeros(len(rollout.trajectories))
         for idx in self.micro_batches(seqs):
             mb = collate(seqs, idx, self.pad_id, self.device)
-            logits = self.model(input_ids=mb["input_ids"]).logits  # right-padded: see forward_sequences
+            logits = self.forward_sequences(mb, with_values=False)[0]
             ent = entropy_from_logits(logits[:, :-1]) * mb["response_mask"]
             for row, i in enumerate(idx):
                 totals[seqs.traj_index[i]] += float(ent[row].sum())
@@ -300,9 +300,13 @@ class AgentRLModule(L.LightningModule):
         # Sequences are right-padded (collate), so causality alone keeps every real token from seeing
         # padding: no attention mask is passed, and SDPA takes its causal kernel, which skips the
         # masked half of the score matrix (measured: ~10-15% of the update at FrozenLake's ~600 tokens).
-        out = self.model(input_ids=mb["input_ids"], output_hidden_states=with_values)
-        values = self.value_head(out.hidden_states[-1][:, :-1]) if with_values and self.value_head is not None else None
-        return out.logits, gather_logprobs(out.logits, mb["input_ids"]), values
+        # Logits only from the batch's first target position on (collate's logits_from): every
+        # returned tensor is aligned with mb["response_mask"].
+        start = int(mb["logits_from"])
+        keep = {"logits_to_keep": mb["input_ids"].shape[1] - start} if start else {}
+        out = self.model(input_ids=mb["input_ids"], output_hidden_states=with_values, **keep)
+        values = self.value_head(out.hidden_states[-1][:, start:-1]) if with_values and self.value_head is not None else None
+        return out.logits, gather_logprobs(out.logits, mb["input_ids"], start), values
 
     def update(self, rollout: RolloutBatch, selection: Selection) -> dict[str, float]:
         """One optimizer step (per PPO epoch) on the selected groups of ``rollout``."""

@@ -54,15 +54,29 @@ def pad_right(rows: list[list[int]], value: int) -> torch.Tensor:
 
 
 def collate(seqs: Sequences, indices: list[int], pad_id: int, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
-    """Right-padded tensors for the chosen sequences; ``response_mask`` is aligned with targets ids[:, 1:]."""
+    """Right-padded tensors for the chosen sequences.
+
+    No token before the batch's first response token is ever a target, so the LM head need not see
+    those positions: ``logits_from`` (a 0-d tensor) is the first position whose logits matter, and
+    ``response_mask`` [B, T - 1 - logits_from] is aligned with the targets ``input_ids[:, logits_from + 1:]``
+    (see :func:`gather_logprobs`). At a real vocabulary the head over the prompt dominated the update.
+    """
     ids = pad_right([seqs.input_ids[i] for i in indices], pad_id)
     attn = pad_right([[1] * len(seqs.input_ids[i]) for i in indices], 0)
-    mask = pad_right([seqs.loss_mask[i] for i in indices], 0)
-    out = {"input_ids": ids, "attention_mask": attn, "response_mask": mask[:, 1:].float()}
+    targets = pad_right([seqs.loss_mask[i] for i in indices], 0)[:, 1:]
+    hit = targets.any(dim=0).nonzero()
+    start = int(hit[0]) if len(hit) else 0
+    out = {
+        "input_ids": ids,
+        "attention_mask": attn,
+        "response_mask": targets[:, start:].float(),
+        "logits_from": torch.tensor(start),
+    }
     return {k: v.to(device) for k, v in out.items()}
 
 
-def gather_logprobs(logits: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
-    """log p(token_{t+1} | prefix) for every position: [B, T-1]."""
+def gather_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, logits_from: int = 0) -> torch.Tensor:
+    """log p(token_{t+1} | prefix) at positions ``logits_from ..``: ``logits`` [B, T - logits_from, V]
+    holds those positions only, the result is [B, T - 1 - logits_from]."""
     logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    return logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    return logp.gather(-1, input_ids[:, logits_from + 1 :, None]).squeeze(-1)
