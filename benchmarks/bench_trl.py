@@ -87,10 +87,10 @@ def stop_and_pad_ids(tokenizer: Any) -> list[int]:
 def build_model_dir(cfg: Any, vocab: int | None, path: Path, seed: int = 0, think_rate: float = 0.0) -> dict[str, Any]:
     """A fresh tiny Llama + our Countdown tokenizer (``vocab`` tokens, or its natural size) in ``path``."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaForCausalLM
 
     from agentcollapse import envs
-    from agentcollapse.models.tiny import demonstration_episodes
+    from agentcollapse.models.tiny import demonstration_episodes, tiny_llama_config
     from agentcollapse.models.tokenizer import build_tokenizer
 
     ws = cfg.model.warm_start
@@ -106,20 +106,7 @@ def build_model_dir(cfg: Any, vocab: int | None, path: Path, seed: int = 0, thin
         tokenizer = build_tokenizer(corpus)
     if vocab is not None and len(tokenizer) != vocab:
         raise SystemExit(f"vocabulary {vocab} asked, tokenizer has {len(tokenizer)} (natural size {natural})")
-    m = cfg.model
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=m.hidden_size,
-        intermediate_size=m.intermediate_size,
-        num_hidden_layers=m.num_layers,
-        num_attention_heads=m.num_heads,
-        num_key_value_heads=m.num_heads,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
+    config = tiny_llama_config(cfg.model, tokenizer)
     torch.manual_seed(seed)
     model = LlamaForCausalLM(config)
     banned = stop_and_pad_ids(tokenizer)

@@ -107,6 +107,23 @@ def weights_hash(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
+def tiny_llama_config(model_cfg: ModelConfig, tokenizer: Any) -> LlamaConfig:
+    """The tiny policy's architecture (``model=tiny`` sizes) over ``tokenizer``'s vocabulary."""
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=model_cfg.hidden_size,
+        intermediate_size=model_cfg.intermediate_size,
+        num_hidden_layers=model_cfg.num_layers,
+        num_attention_heads=model_cfg.num_heads,
+        num_key_value_heads=model_cfg.num_heads,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
 def build_tiny_policy(
     model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.PathLike, force: bool = False, progress: bool = True
 ) -> Path:
@@ -132,20 +149,7 @@ def build_tiny_policy(
         resp for turns in episodes for _, resp in turns
     ]
     tokenizer = build_tokenizer(corpus)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=model_cfg.hidden_size,
-        intermediate_size=model_cfg.intermediate_size,
-        num_hidden_layers=model_cfg.num_layers,
-        num_attention_heads=model_cfg.num_heads,
-        num_key_value_heads=model_cfg.num_heads,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    model = LlamaForCausalLM(config)
+    model = LlamaForCausalLM(tiny_llama_config(model_cfg, tokenizer))
     sequences = [_episode_sequence(tokenizer, turns) for turns in episodes]
     batches = length_bucketed_batches([len(ids) for ids, _ in sequences], ws.batch_size, ws.batch_tokens)
     final_loss = _supervised_fine_tune(
