@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "f92f80d"  # the last commit before the performance work (issue 13)
@@ -37,16 +38,33 @@ PHASES = {
 }
 
 
-def run_once(src: Path, overrides: list[str], run_dir: Path, threads: int) -> dict[str, list[float]]:
+def timed_run_overrides(steps: int, threads: int) -> list[str]:
+    """A run timed by its own perf/* metrics: no validation, no checkpoints, no live bar, CSV only."""
+    return [
+        f"trainer.max_steps={steps}",
+        "trainer.val_every=0",
+        "trainer.checkpoint_every=0",
+        f"trainer.num_threads={threads}",
+        "trainer.progress_bar=false",
+        "logger=csv",
+    ]
+
+
+def train_rows(src: Path, overrides: list[str], run_dir: Path, threads: int) -> Any:
+    """The metrics.csv rows after step 0 of one ``agentcollapse train`` of the code under ``src``."""
     env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": str(threads), "WANDB_MODE": "disabled"}
     cmd = [sys.executable, "-m", "agentcollapse.cli.main", "train", *overrides, f"run_dir={run_dir}"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=src.parent)
     if proc.returncode != 0:
-        raise SystemExit(f"run failed ({src}):\n{proc.stderr[-2000:]}")
+        raise SystemExit(f"run failed ({src}):\n{proc.stderr[-3000:]}")
     import pandas as pd
 
     rows = pd.read_csv(run_dir / "metrics.csv")
-    rows = rows[rows["step"] >= 1]
+    return rows[rows["step"] >= 1].sort_values("step")
+
+
+def run_once(src: Path, overrides: list[str], run_dir: Path, threads: int) -> dict[str, list[float]]:
+    rows = train_rows(src, overrides, run_dir, threads)
     out = {name: rows[col].fillna(0.0).tolist() if col in rows else [] for name, col in PHASES.items()}
     out["tokens_per_s"] = rows["perf/rollout_tokens_per_s"].tolist()
     out["response_length"] = rows["rollout/response_length"].tolist()
@@ -85,12 +103,7 @@ def main() -> None:
         "rollout.num_prompts=8",
         "rollout.group_size=8",
         "diagnostics.compute_freq=5",
-        f"trainer.max_steps={args.steps}",
-        "trainer.val_every=0",
-        "trainer.checkpoint_every=0",
-        f"trainer.num_threads={args.threads}",
-        "trainer.progress_bar=false",
-        "logger=csv",
+        *timed_run_overrides(args.steps, args.threads),
         *args.overrides,
     ]
     results: dict[str, list[dict[str, list[float]]]] = {"baseline": [], "current": []}

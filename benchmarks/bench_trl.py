@@ -58,6 +58,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_iteration import timed_run_overrides, train_rows  # benchmarks/ is this script's sys.path[0]
+
 ROOT = Path(__file__).resolve().parents[1]
 SMOLLM2_VOCAB = 49152
 CORPUS_EPISODES = 4000  # demonstration episodes whose words make the tokenizer (the warm start uses the same generator)
@@ -178,32 +180,17 @@ def run_ours(model_dir: Path, args: argparse.Namespace, run_dir: Path) -> dict[s
         f"rollout.group_size={args.group}",
         f"rollout.max_new_tokens={args.max_new_tokens}",
         "diagnostics.compute_freq=1",
-        f"trainer.max_steps={args.steps}",
-        "trainer.val_every=0",
-        "trainer.checkpoint_every=0",
-        f"trainer.num_threads={args.threads}",
-        "trainer.progress_bar=false",
-        "logger=csv",
+        *timed_run_overrides(args.steps, args.threads),
         *args.overrides,
-        f"run_dir={run_dir}",
     ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": str(args.threads), "WANDB_MODE": "disabled"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "agentcollapse.cli.main", "train", *overrides], env=env, capture_output=True, text=True, cwd=ROOT
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"our run failed:\n{proc.stderr[-3000:]}")
-    import pandas as pd
-
-    rows = pd.read_csv(run_dir / "metrics.csv")
-    rows = rows[rows["step"] >= 1].sort_values("step")
+    rows = train_rows(ROOT / "src", overrides, run_dir, args.threads)
     out: dict[str, Any] = {name: rows[col].fillna(0.0).tolist() if col in rows else [] for name, col in OURS_PHASES.items()}
     out["completion_length"] = rows["rollout/response_length"].tolist()
     # what the MI proxy had to score: the share of responses with reasoning, first-turn traces kept
     out["valid_thinking_rate"] = rows["collapse/valid_thinking_rate"].tolist() if "collapse/valid_thinking_rate" in rows else []
     out["proxy_traces"] = rows["collapse/first_turn_num_valid"].tolist() if "collapse/first_turn_num_valid" in rows else []
     out["tokens_per_s"] = rows["perf/rollout_tokens_per_s"].tolist()
-    out["config"] = overrides
+    out["config"] = [*overrides, f"run_dir={run_dir}"]
     return out
 
 
