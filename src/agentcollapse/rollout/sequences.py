@@ -57,7 +57,7 @@ def collate(seqs: Sequences, indices: list[int], pad_id: int, device: torch.devi
     """Right-padded tensors for the chosen sequences.
 
     No token before the batch's first response token is ever a target, so the LM head need not see
-    those positions: ``logits_from`` (a 0-d tensor) is the first position whose logits matter, and
+    those positions: ``logits_from`` (a 0-d CPU tensor) is the first position whose logits matter, and
     ``response_mask`` [B, T - 1 - logits_from] is aligned with the targets ``input_ids[:, logits_from + 1:]``
     (see :func:`gather_logprobs`). At a real vocabulary the head over the prompt dominated the update.
     """
@@ -66,13 +66,9 @@ def collate(seqs: Sequences, indices: list[int], pad_id: int, device: torch.devi
     targets = pad_right([seqs.loss_mask[i] for i in indices], 0)[:, 1:]
     hit = targets.any(dim=0).nonzero()
     start = int(hit[0]) if len(hit) else 0
-    out = {
-        "input_ids": ids,
-        "attention_mask": attn,
-        "response_mask": targets[:, start:].float(),
-        "logits_from": torch.tensor(start),
-    }
-    return {k: v.to(device) for k, v in out.items()}
+    out = {"input_ids": ids, "attention_mask": attn, "response_mask": targets[:, start:].float()}
+    # logits_from stays on the CPU: every forward reads it back as an int, which on a GPU would sync
+    return {**{k: v.to(device) for k, v in out.items()}, "logits_from": torch.tensor(start)}
 
 
 def gather_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, logits_from: int = 0) -> torch.Tensor:
