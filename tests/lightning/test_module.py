@@ -117,3 +117,33 @@ def test_logits_start_at_the_first_target_and_match_the_full_forward(make_cfg, t
     torch.testing.assert_close(logp, full_logp[:, start:])
     torch.testing.assert_close(values, module.value_head(full.hidden_states[-1][:, :-1])[:, start:])
     assert mb["response_mask"][:, 0].all()  # nothing a target was cut
+
+
+def test_mini_batches_take_one_step_per_mini_batch_and_fewer_when_filtered(make_cfg, tiny_policy):
+    rewards = [[1.0, 0.0, 0.0, 1.0], [0.0, 0.0, 1.0, 0.0]]  # 2 groups x 4 trajectories
+    start = _snapshot(tiny_policy.model)
+
+    def update(mini_batch_size, groups):  # from the same weights and value-head init every time
+        with torch.no_grad():
+            for name, p in tiny_policy.model.named_parameters():
+                p.copy_(start[name])
+        torch.manual_seed(0)
+        module = _module(make_cfg, tiny_policy, "algorithm=ppo", f"algorithm.mini_batch_size={mini_batch_size}")
+        metrics = module.update(_hand_batch(tiny_policy, rewards), Selection(np.arange(groups), None, 1.0))
+        return metrics, _snapshot(module.model)
+
+    (whole, after_whole), (as_one, after_one), (split, after_split) = update(0, 2), update(8, 2), update(3, 2)
+    assert whole["actor/optimizer_steps"] == as_one["actor/optimizer_steps"] == 1
+    assert split["actor/optimizer_steps"] == 3  # 8 trajectories: 3 + 3 + 2
+    lora = [n for n in start if "lora_" in n]
+    # one mini-batch of the whole batch is the default update, bit for bit; three steps go elsewhere
+    assert any(not torch.equal(start[n], after_whole[n]) for n in lora)
+    assert all(torch.equal(after_whole[n], after_one[n]) for n in lora)
+    assert any(not torch.equal(after_whole[n], after_split[n]) for n in lora)
+    kept_one_group, _ = update(3, 1)  # a filter that keeps fewer trajectories takes fewer steps
+    assert kept_one_group["actor/optimizer_steps"] == 2 and math.isfinite(kept_one_group["actor/grad_norm"])
+
+
+def test_negative_mini_batch_size_is_a_user_error(make_cfg):
+    with pytest.raises(UserError, match="mini_batch_size"):
+        make_cfg("algorithm.mini_batch_size=-1").algorithm.validate()

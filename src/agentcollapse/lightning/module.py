@@ -290,11 +290,27 @@ class AgentRLModule(L.LightningModule):
         tok = self.policy.tokenizer
         return int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
 
-    def micro_batches(self, seqs: Sequences) -> list[list[int]]:
-        """Micro-batches of similar length (little padding), in a fixed order."""
-        order = sorted(range(len(seqs.input_ids)), key=lambda i: len(seqs.input_ids[i]))
+    def micro_batches(self, seqs: Sequences, members: list[int] | None = None) -> list[list[int]]:
+        """Micro-batches of similar length (little padding), in a fixed order, over ``members``
+        (sequence indices; all of them by default)."""
+        pool = range(len(seqs.input_ids)) if members is None else members
+        order = sorted(pool, key=lambda i: len(seqs.input_ids[i]))
         size = self.cfg.algorithm.micro_batch_size
         return [order[i : i + size] for i in range(0, len(order), size)]
+
+    def mini_batches(self, seqs: Sequences) -> list[list[int]]:
+        """The sequence indices of each optimizer step: whole trajectories in batch order,
+        ``algorithm.mini_batch_size`` of them per step (verl's ppo_mini_batch_size), or every sequence
+        in one step when it is 0. A filter that keeps fewer groups then also takes fewer steps, as in
+        the authors' code."""
+        size = self.cfg.algorithm.mini_batch_size
+        if not size:
+            return [list(range(len(seqs.input_ids)))]
+        step_of = {t: k // size for k, t in enumerate(sorted(set(seqs.traj_index)))}
+        steps: list[list[int]] = [[] for _ in range(max(step_of.values(), default=-1) + 1)]
+        for i, t in enumerate(seqs.traj_index):
+            steps[step_of[t]].append(i)
+        return steps
 
     def forward_sequences(self, mb: dict[str, torch.Tensor], with_values: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         # Sequences are right-padded (collate), so causality alone keeps every real token from seeing
@@ -309,7 +325,8 @@ class AgentRLModule(L.LightningModule):
         return out.logits, gather_logprobs(out.logits, mb["input_ids"], start), values
 
     def update(self, rollout: RolloutBatch, selection: Selection) -> dict[str, float]:
-        """One optimizer step (per PPO epoch) on the selected groups of ``rollout``."""
+        """Optimizer steps on the selected groups of ``rollout``: per PPO epoch one per mini-batch
+        (:meth:`mini_batches`; one on the whole batch by default)."""
         algo = self.algo
         t0 = time.perf_counter()
         kept_groups, traj_mask, scale = selection.groups, selection.trajectory_mask, selection.loss_scale
@@ -324,13 +341,24 @@ class AgentRLModule(L.LightningModule):
         # This rank's share of the micro-batches (all of them with one process): the gradient summed
         # over ranks is the one process's sum over every micro-batch.
         rank, size = distributed.world()
-        all_micro = self.micro_batches(seqs)
-        mine = distributed.rank_share(len(all_micro), rank, size)
-        micro = [(all_micro[k], collate(seqs, all_micro[k], self.pad_id, self.device)) for k in mine]
+        minis = self.mini_batches(seqs)
+        # micro[k]: (sequence indices, tensors) of this rank's k-th micro-batch; step_of[k] its
+        # mini-batch, key_of[k] its index among every rank's micro-batches (the one-process order).
+        micro: list[tuple[list[int], dict[str, torch.Tensor]]] = []
+        step_of: list[int] = []
+        key_of: list[int] = []
+        offset = 0
+        for m, members in enumerate(minis):
+            all_micro = self.micro_batches(seqs, members)
+            for k in distributed.rank_share(len(all_micro), rank, size):
+                micro.append((all_micro[k], collate(seqs, all_micro[k], self.pad_id, self.device)))
+                step_of.append(m)
+                key_of.append(offset + k)
+            offset += len(all_micro)
         # Scoring pass (no grad): behaviour log-probs, reference log-probs (adapter off), old values.
-        # With one epoch the update runs on the behaviour policy itself, so its own detached
-        # log-probs are the old ones and that forward is skipped.
-        on_policy = self.cfg.algorithm.ppo_epochs == 1
+        # With one epoch of one step the update runs on the behaviour policy itself, so its own
+        # detached log-probs are the old ones and that forward is skipped.
+        on_policy = self.cfg.algorithm.ppo_epochs == 1 and len(minis) == 1
         old_logp: list[torch.Tensor | None] = []
         ref_logp, old_values = [], []
         with torch.no_grad():
@@ -368,7 +396,13 @@ class AgentRLModule(L.LightningModule):
             # PPO practice, over every rank's tokens
             reduce = None if size == 1 else (lambda t: distributed.sum_across(t.to(self.device)))
             advantages = whiten_across(advantages, [mb["response_mask"] for _, mb in micro], reduce=reduce)
-        total_tokens = float(sum(sum(m) for m in seqs.loss_mask)) or 1.0
+        # Each micro-batch's loss weight within its mini-batch; a mini-batch of fewer trajectories
+        # than mini_batch_size counts for its share of one, as verl's gradient accumulation does.
+        weights = []
+        for m, members in enumerate(minis):
+            tokens = float(sum(sum(seqs.loss_mask[i]) for i in members)) or 1.0
+            share = len({seqs.traj_index[i] for i in members}) / self.cfg.algorithm.mini_batch_size if self.cfg.algorithm.mini_batch_size else 1.0
+            weights.append((tokens, len(members), share))
         # Per micro-batch statistics keyed by (epoch, global micro-batch index): gathered from every
         # rank and put back in the one-process order, their means are the one process's.
         stats: dict[str, list[tuple[int, int, float]]] = {
@@ -378,18 +412,21 @@ class AgentRLModule(L.LightningModule):
         opt = self.optimizers()
         params = [p for g in opt.param_groups for p in g["params"]]
         skipped = False
-        for epoch in range(self.cfg.algorithm.ppo_epochs):
+        for epoch, step in ((e, m) for e in range(self.cfg.algorithm.ppo_epochs) for m in range(len(minis))):
             opt.zero_grad(set_to_none=True)
             nonfinite = False
+            step_tokens, step_seqs, step_share = weights[step]
             # Lightning's DDP reducer would all-reduce at every backward and wait for ranks that run
             # fewer micro-batches (or none): gradients are summed once below instead.
             with distributed.without_reducer(self.trainer.strategy.model):
                 for k, (idx, mb) in enumerate(micro):
-                    key = (epoch, mine[k])
+                    if step_of[k] != step:
+                        continue
+                    key = (epoch, key_of[k])
                     mask = mb["response_mask"]
                     logits, logp, values = self.forward_sequences(mb, with_values=algo.use_critic)
                     old = logp.detach() if old_logp[k] is None else old_logp[k]
-                    weight = micro_batch_weight(algo.loss_agg_mode, float(mask.sum()), total_tokens, len(idx), n)
+                    weight = step_share * micro_batch_weight(algo.loss_agg_mode, float(mask.sum()), step_tokens, len(idx), step_seqs)
                     terms = rl_objective(
                         algo,
                         logits,
@@ -446,6 +483,7 @@ class AgentRLModule(L.LightningModule):
         out["actor/nonfinite_loss_count"] = float(self.nonfinite_total)
         out["actor/loss_scale"] = float(scale)
         out["actor/num_sequences"] = float(n)
+        out["actor/optimizer_steps"] = float(len(grad_norms))
         out["perf/scoring_time_s"] = t_scored - t0
         out["perf/update_time_s"] = time.perf_counter() - t_scored
         return out
