@@ -1,3 +1,5 @@
+import pytest
+
 from agentcollapse import envs
 from agentcollapse.rollout.runner import collect_rollouts, rollout_metrics
 from agentcollapse.rollout.sequences import build_sequences
@@ -123,3 +125,36 @@ def test_blocks_with_stream_offsets_equal_the_whole_batch(tiny_policy):
     blocks = [t for p in parts for t in p.trajectories]
     assert [[t.response_ids for t in a.turns] for a in whole.trajectories] == [[t.response_ids for t in b.turns] for b in blocks]
     assert roll(seeds[2:]).trajectories[0].turns[0].response_ids != whole.trajectories[4].turns[0].response_ids  # offset matters
+
+
+def test_reusing_the_kv_cache_across_turns_changes_no_token(tiny_policy):
+    # Each turn encodes only what follows the trajectory's cached context + response; the tokens must
+    # be those of re-encoding the whole context, greedy and sampled, batched and alone.
+    import agentcollapse.rollout.generate as gen
+
+    encoded: list[int] = []
+    original = gen.left_pad
+
+    def counting_left_pad(prompts, pad_id):
+        encoded.append(sum(len(p) for p in prompts))
+        return original(prompts, pad_id)
+
+    def both(**kw):
+        tiny_policy.reuse_kv_across_turns = False
+        try:
+            full = _roll(tiny_policy, **kw)
+        finally:
+            tiny_policy.reuse_kv_across_turns = True
+        encoded.clear()
+        return full, _roll(tiny_policy, **kw), sum(encoded)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(gen, "left_pad", counting_left_pad)
+        for kw in ({"batch_size": 64, "temperature": 0.0}, {"batch_size": 64}, {"batch_size": 1}):
+            full, reused, tokens_encoded = both(**kw)
+            assert [[t.response_ids for t in a.turns] for a in reused.trajectories] == [
+                [t.response_ids for t in a.turns] for a in full.trajectories
+            ], kw
+    turns = [t for a in full.trajectories for t in a.turns]
+    assert any(len(a.turns) > 1 for a in full.trajectories)  # later turns did reuse a cache
+    assert tokens_encoded < sum(len(t.context_ids) for t in turns)

@@ -182,6 +182,9 @@ class RolloutConfig:
     fold_lora: bool = opt(
         True, help="decode with a copy of the policy whose LoRA adapters are folded into its weights (faster; one more copy of the weights)"
     )
+    reuse_kv: bool = opt(
+        True, help="keep each trajectory's KV cache from turn to turn and encode only the new tokens (faster; holds one cache per live trajectory)"
+    )
 
     def validate(self) -> None:
         for key in ("num_prompts", "group_size", "max_new_tokens", "generation_batch_size"):

@@ -35,6 +35,7 @@ class Policy:
     model: torch.nn.Module
     tokenizer: Any
     fold_lora_for_decoding: bool = True  # decode with a copy whose adapters are folded in (FoldedLoRA)
+    reuse_kv_across_turns: bool = True  # keep each trajectory's KV cache from turn to turn (rollout.reuse_kv)
     _folded: Any = field(default=None, init=False, repr=False, compare=False)
 
     def decoding_model(self) -> torch.nn.Module:

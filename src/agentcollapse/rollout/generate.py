@@ -5,6 +5,10 @@ samples the same tokens whether it is decoded alone or inside any batch: rollout
 independent of batch size and of which other trajectories are still alive. A row draws the noise of
 several steps in one call (``NOISE_FLOATS_PER_ROW``); how much it draws depends only on the vocabulary,
 the token budget and when the row itself stops, never on its batch-mates.
+
+A row may start from a cached prefix (its keys/values from an earlier call: a multi-turn context is
+the previous context + response + the new observation), so only the tokens after it are encoded; the
+call can hand back each row's cache of its prompt + response for the next turn.
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ from collections.abc import Sequence
 
 import torch
 
-from agentcollapse.models.hf import cache_kwarg, forward_params, output_cache
+from agentcollapse.models.hf import base_model, cache_from_layers, cache_kwarg, forward_params, layer_tensors, output_cache
+
+RowCache = list[tuple[torch.Tensor, torch.Tensor]]
+"""One sequence's per-layer (keys, values), each ``[heads, len, head_dim]``."""
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -45,6 +52,35 @@ def gumbel_argmax(logits: torch.Tensor, temperatures: torch.Tensor, uniform: tor
     return choice
 
 
+def prefix_cache(prefixes: Sequence[RowCache | None], config: object) -> tuple[object, torch.Tensor]:
+    """The rows' prefixes as one left-padded cache and its attention mask ``[rows, width]``."""
+    lengths = [0 if p is None else int(p[0][0].shape[1]) for p in prefixes]
+    width, ref = max(lengths), next(p for p in prefixes if p is not None)
+    mask = torch.zeros((len(prefixes), width), dtype=torch.long, device=ref[0][0].device)
+    layers = []
+    for layer, (k_ref, v_ref) in enumerate(ref):
+        keys = k_ref.new_zeros((len(prefixes), k_ref.shape[0], width, k_ref.shape[2]))
+        values = v_ref.new_zeros((len(prefixes), v_ref.shape[0], width, v_ref.shape[2]))
+        for row, (p, n) in enumerate(zip(prefixes, lengths)):
+            if n:
+                keys[row, :, width - n :], values[row, :, width - n :] = p[layer]
+        layers.append((keys, values))
+    for row, n in enumerate(lengths):
+        if n:
+            mask[row, width - n :] = 1
+    return cache_from_layers(layers, config), mask
+
+
+def row_caches(cache: object, attn: torch.Tensor, batch_rows: Sequence[int], lengths: Sequence[int]) -> list[RowCache]:
+    """Each row's first ``lengths[i]`` real (unmasked) positions of a batch cache, copied out."""
+    layers = layer_tensors(cache)
+    out = []
+    for b, n in zip(batch_rows, lengths):
+        real = attn[b].nonzero().flatten()[:n]
+        out.append([(k[b][:, real], v[b][:, real]) for k, v in layers])
+    return out
+
+
 @torch.no_grad()
 def generate(
     model: torch.nn.Module,
@@ -54,19 +90,29 @@ def generate(
     max_new_tokens: int,
     stop_ids: set[int],
     pad_id: int,
-) -> list[list[int]]:
-    """Continue every prompt until a stop token (kept) or ``max_new_tokens``; returns new tokens.
+    prefixes: Sequence[RowCache | None] | None = None,
+    keep_cache: bool = False,
+) -> tuple[list[list[int]], list[RowCache | None]]:
+    """Continue every prompt until a stop token (kept) or ``max_new_tokens``; returns the new tokens
+    and, with ``keep_cache``, each row's cache of its prompt + new tokens but the last (else None).
 
     ``temperature`` is one for all rows or one per row (0 = greedy), so several evaluation
-    temperatures decode in one batch."""
+    temperatures decode in one batch. ``prefixes[i]``, where given, holds the keys/values of
+    ``prompts[i]``'s first tokens (fewer than all of them): only the rest is encoded."""
     if not prompts:
-        return []
+        return [], []
     device = next(model.parameters()).device
-    ids, attn = left_pad(prompts, pad_id)
-    ids, attn = ids.to(device), attn.to(device)
-    positions = (attn.cumsum(-1) - 1).clamp_min(0)
     cache_arg = cache_kwarg(forward_params(model))
-    out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True)
+    done_before = [0 if prefixes is None or p is None else int(p[0][0].shape[1]) for p in (prefixes or [None] * len(prompts))]
+    ids, attn = left_pad([list(p)[n:] for p, n in zip(prompts, done_before)], pad_id)
+    ids, attn = ids.to(device), attn.to(device)
+    positions = torch.as_tensor(done_before, device=device)[:, None] + (attn.cumsum(-1) - 1).clamp_min(0)
+    if any(done_before):
+        past, past_mask = prefix_cache(prefixes, getattr(base_model(model), "config", None))
+        attn = torch.cat([past_mask.to(device), attn], dim=1)
+        out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True, **{cache_arg: past})
+    else:
+        out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True)
     past, logits = output_cache(out), out.logits[:, -1, :]
     last_pos = positions[:, -1:]
     stop = torch.tensor(sorted(stop_ids), device=device)
@@ -81,10 +127,20 @@ def generate(
     chunk = max(1, min(max_new_tokens, NOISE_FLOATS_PER_ROW // vocab))
     noise = torch.empty((len(prompts), chunk, vocab)) if bool((temps > 0).any()) else None
     rows = torch.arange(len(prompts))  # the prompts still in the decoding batch (it shrinks as they stop)
+    caches: list[RowCache | None] = [None] * len(prompts)
+
+    def save_caches(batch_rows: torch.Tensor) -> None:  # prompt + response but its last token
+        if keep_cache and len(batch_rows):
+            prompt_rows = rows[batch_rows].tolist()
+            lengths = [len(prompts[r]) + len(generated[r]) - 1 for r in prompt_rows]
+            for r, c in zip(prompt_rows, row_caches(past, attn, batch_rows.tolist(), lengths)):
+                caches[r] = c
+
     for step in range(max_new_tokens):
         done_here = finished[rows]
         if int(done_here.sum()) * COMPACT_AT > len(rows):
             # Drop stopped rows from the batch and its cache: every later step costs only the live ones.
+            save_caches(torch.nonzero(done_here).flatten())
             keep = torch.nonzero(~done_here).flatten()
             past.batch_select_indices(keep.to(device))
             attn, last_pos, logits, rows = attn[keep.to(device)], last_pos[keep.to(device)], logits[keep.to(device)], rows[keep]
@@ -110,4 +166,5 @@ def generate(
         last_pos = last_pos + 1
         out = model(input_ids=nxt[:, None], attention_mask=attn, position_ids=last_pos, use_cache=True, **{cache_arg: past})
         past, logits = output_cache(out), out.logits[:, -1, :]
-    return generated
+    save_caches(torch.arange(len(rows)))
+    return generated, caches

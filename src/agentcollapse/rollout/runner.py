@@ -18,7 +18,7 @@ from agentcollapse.models.context import (
 )
 from agentcollapse.models.policy import Policy
 from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
-from agentcollapse.rollout.generate import generate
+from agentcollapse.rollout.generate import RowCache, generate
 from agentcollapse.seeds import trajectory_stream_seed
 
 
@@ -63,13 +63,19 @@ def collect_rollouts(
     was_training = policy.model.training
     policy.model.eval()
     decoder = policy.decoding_model()
+    reuse = policy.reuse_kv_across_turns
+    # Per live trajectory: the tokens its cache covers (last context + response but its last token)
+    # and that cache; the next context starts with those tokens, so only the rest is encoded.
+    cached: dict[int, tuple[list[int], RowCache]] = {}
     try:
         while live:
             contexts = [encode(tok, render_context(tok, messages)) for _, _, messages, _ in live]
+            prefixes = [reusable_prefix(cached.get(index), ids) for (index, *_), ids in zip(live, contexts)]
             responses: list[list[int]] = []
+            caches: list[RowCache | None] = []
             for start in range(0, len(live), generation_batch_size):
                 chunk = slice(start, start + generation_batch_size)
-                responses += generate(
+                new_tokens, new_caches = generate(
                     decoder,
                     contexts[chunk],
                     [g for *_, g in live[chunk]],
@@ -77,9 +83,14 @@ def collect_rollouts(
                     max_new_tokens,
                     policy.stop_ids,
                     pad_id,
+                    prefixes=prefixes[chunk] if reuse else None,
+                    keep_cache=reuse,
                 )
+                responses += new_tokens
+                caches += new_caches
+            cached.clear()
             still_live = []
-            for (index, env, messages, gen), context_ids, response_ids in zip(live, contexts, responses):
+            for (index, env, messages, gen), context_ids, response_ids, cache in zip(live, contexts, responses, caches):
                 generated_tokens += len(response_ids)
                 text = policy.decode(response_ids)
                 parsed = parse_response(text)
@@ -107,12 +118,28 @@ def collect_rollouts(
                         {"role": "user", "content": next_user_message(env.turn + 1, reward, obs)},
                     ]
                     still_live.append((index, env, messages, gen))
+                    if cache is not None:
+                        cached[index] = (context_ids + list(response_ids[:-1]), cache)
             live = still_live
     finally:
         policy.model.train(was_training)
     elapsed = time.perf_counter() - started
     batch = RolloutBatch(trajectories=trajectories, num_prompts=len(env_seeds), group_size=group_size)
     return batch, {"perf/rollout_time_s": elapsed, "perf/rollout_tokens_per_s": generated_tokens / max(elapsed, 1e-9)}
+
+
+def reusable_prefix(cached: tuple[list[int], RowCache] | None, context_ids: list[int]) -> RowCache | None:
+    """The part of a trajectory's cache that the new context begins with (at least its last token
+    is left to encode, for the logits); None when nothing matches. A real tokenizer may re-tokenise
+    the response inside the next context, so the match is checked token by token."""
+    if cached is None:
+        return None
+    ids, cache = cached
+    n = 0
+    limit = min(len(ids), len(context_ids) - 1)
+    while n < limit and ids[n] == context_ids[n]:
+        n += 1
+    return [(k[:, :n], v[:, :n]) for k, v in cache] if n else None
 
 
 def rollout_metrics(batch: RolloutBatch, prefix: str = "rollout") -> dict[str, float]:

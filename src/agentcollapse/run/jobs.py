@@ -24,6 +24,7 @@ def config_and_policy(overrides: list[str], report: bool = True) -> tuple[RunCon
     started = time.perf_counter()
     policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
     policy.fold_lora_for_decoding = cfg.rollout.fold_lora
+    policy.reuse_kv_across_turns = cfg.rollout.reuse_kv
     if report:
         print(f"policy ready in {time.perf_counter() - started:.1f}s (built or loaded from {cfg.cache_dir})")
     return cfg, policy

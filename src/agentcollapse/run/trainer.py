@@ -71,6 +71,7 @@ def build_trainer(cfg: RunConfig, recorder: RunRecorder, run_dir: Path):
 
     policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
     policy.fold_lora_for_decoding = cfg.rollout.fold_lora
+    policy.reuse_kv_across_turns = cfg.rollout.reuse_kv
     module = AgentRLModule(cfg, policy)
     loggers = [_wandb_logger(cfg, run_dir)] if cfg.logger.wandb.enabled and cfg.logger.wandb.mode != "disabled" else []
     callbacks = [RunRecordCallback(recorder), IterationCheckpoint(run_dir / "checkpoints", cfg.trainer.checkpoint_every)]
