@@ -2,13 +2,16 @@
 
     python benchmarks/bench_rollout.py [--episodes 200] [--slips 0,0.1] [key=value overrides ...]
 
-Prints generated tokens/s for one P x G training batch and held-out success (T=1.0, 0.5, greedy) with
-95% Wilson intervals, with and without slip. Not a test: numbers go in issue notes.
+Prints generated tokens/s for one P x G training batch, the rollout with the KV cache kept across turns
+against re-encoding every context (``rollout.reuse_kv``; alternating, ``--repeats`` pairs, same tokens
+checked), and held-out success (T=1.0, 0.5, greedy) with 95% Wilson intervals, with and without slip.
+Not a test: numbers go in issue notes.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 
 from agentcollapse.analysis.stats import wilson_interval
 from agentcollapse.run.jobs import config_and_policy, held_out_success, training_batch
@@ -21,6 +24,7 @@ def _floats(text: str) -> list[float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--episodes", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=3, help="alternating pairs of the KV-reuse comparison (0: skip it)")
     ap.add_argument("--slips", type=_floats, default=[0.0, 0.1], help="comma-separated, e.g. 0,0.1")
     ap.add_argument("--temperatures", type=_floats, default=[1.0, 0.5, 0.0], help="comma-separated; 0 is greedy")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. env=sokoban model.warm_start.steps=300")
@@ -32,6 +36,21 @@ def main() -> None:
         f"rollout P={cfg.rollout.num_prompts} x G={cfg.rollout.group_size}: {perf['perf/rollout_time_s']:.2f}s, "
         f"{perf['perf/rollout_tokens_per_s']:.0f} generated tokens/s"
     )
+    times: dict[bool, list[float]] = {False: [], True: []}
+    tokens: dict[bool, list] = {False: [], True: []}
+    for i in range(args.repeats):
+        for reuse in (False, True):
+            policy.reuse_kv_across_turns = reuse
+            b, p = training_batch(policy, cfg, iteration=i)
+            times[reuse].append(p["perf/rollout_time_s"])
+            tokens[reuse].append([[t.response_ids for t in traj.turns] for traj in b.trajectories])
+    policy.reuse_kv_across_turns = cfg.rollout.reuse_kv
+    if args.repeats:
+        full, reused = statistics.median(times[False]), statistics.median(times[True])
+        print(
+            f"KV cache across turns: {reused:.2f}s vs re-encoding {full:.2f}s (median of {args.repeats}), "
+            f"ratio {reused / full:.2f}; same tokens: {tokens[True] == tokens[False]}"
+        )
     for slip in args.slips if cfg.env.name == "frozenlake" else [None]:
         env_kwargs = dict(cfg.env.kwargs) | ({"slip": slip} if slip is not None else {})
         for temp in args.temperatures:
