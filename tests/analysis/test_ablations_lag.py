@@ -77,6 +77,7 @@ def test_filter_metric_and_slip_tables(tmp_path):
     slip = slip_table(runset)
     rv = slip[slip["filter"] == "rv_top_p 1.0"].set_index("slip")
     assert rv.loc[0.0, "advantage"] == pytest.approx(0.2) and rv.loc[0.5, "advantage"] == pytest.approx(0.0)
+    assert rv.loc[0.0, "final_advantage"] == pytest.approx(0.2) and rv.loc[0.5, "final_success"] == pytest.approx(0.505)
     assert len(slip) == 6  # 3 filter arms x 2 slips
 
 

@@ -128,33 +128,29 @@ def filter_metric_table(runset: RunSet, stat: str = "final") -> pd.DataFrame:
 
 def slip_table(runset: RunSet) -> pd.DataFrame:
     """Per env, algorithm, slip and filter arm: peak success of the arm and of no filter, and the
-    advantage (arm - none) with a Welch interval over seeds."""
+    advantage (arm - none) with a Welch interval over seeds; the same for final success
+    (``final_*``), which spreads where the peak does not (docs/results.md 2d)."""
     runs = runset.runs
     cols = ["env", "algorithm", "slip", "filter", "n", "peak_success", "no_filter_success", "advantage", "advantage_ci_low"]
-    cols += ["advantage_ci_high", "paper"]
+    cols += ["advantage_ci_high", "final_success", "no_filter_final", "final_advantage", "final_advantage_ci_low"]
+    cols += ["final_advantage_ci_high", "paper"]
     if runs.empty or "slip" not in runs or pd.to_numeric(runs["slip"], errors="coerce").nunique() < 2:
         return pd.DataFrame(columns=cols)
+
+    def column(frame: pd.DataFrame, name: str) -> pd.Series:
+        return pd.to_numeric(frame[name], errors="coerce") if name in frame else pd.Series(dtype=float)
+
     rows = []
     for (env, algo, slip), part in runs.groupby(["env", "algorithm", "slip"], sort=True):
-        base = pd.to_numeric(part.loc[part["filter"] == "none", PEAK], errors="coerce") if PEAK in part else pd.Series(dtype=float)
+        base = part[part["filter"] == "none"]
         for arm, arm_runs in part.groupby("filter", sort=True):
             if arm == "none":
                 continue
-            vals = pd.to_numeric(arm_runs.get(PEAK), errors="coerce")
-            d, lo, hi = welch_diff_ci(vals, base)
-            rows.append(
-                {
-                    "env": env,
-                    "algorithm": algo,
-                    "slip": slip,
-                    "filter": arm,
-                    "n": len(arm_runs),
-                    "peak_success": float(vals.mean()),
-                    "no_filter_success": float(base.mean()) if len(base) else math.nan,
-                    "advantage": d,
-                    "advantage_ci_low": lo,
-                    "advantage_ci_high": hi,
-                    "paper": PAPER_SLIP,
-                }
-            )
+            row = {"env": env, "algorithm": algo, "slip": slip, "filter": arm, "n": len(arm_runs)}
+            for metric, mine, theirs, gain in ((PEAK, "peak_success", "no_filter_success", "advantage"), (FINAL, "final_success", "no_filter_final", "final_advantage")):
+                vals, ref = column(arm_runs, metric), column(base, metric)
+                d, lo, hi = welch_diff_ci(vals, ref)
+                row |= {mine: float(vals.mean()), theirs: float(ref.mean()) if len(ref) else math.nan}
+                row |= {gain: d, f"{gain}_ci_low": lo, f"{gain}_ci_high": hi}
+            rows.append(row | {"paper": PAPER_SLIP})
     return pd.DataFrame(rows, columns=cols)

@@ -71,6 +71,10 @@ def ablation_markdown(tables: dict[str, pd.DataFrame]) -> str:
     else:
         view = s[["env", "algorithm", "slip", "filter", "n", "peak_success", "no_filter_success"]].copy()
         view["advantage [95% CI]"] = [fmt_ci(d, lo, hi) for d, lo, hi in zip(s["advantage"], s["advantage_ci_low"], s["advantage_ci_high"])]
+        view[["final_success", "no_filter_final"]] = s[["final_success", "no_filter_final"]]
+        view["final advantage [95% CI]"] = [
+            fmt_ci(d, lo, hi) for d, lo, hi in zip(s["final_advantage"], s["final_advantage_ci_low"], s["final_advantage_ci_high"])
+        ]
         out.append(md_table(view))
         out.append(f"Paper: {PAPER_SLIP}.\n")
     return "\n".join(out)
