@@ -147,7 +147,10 @@ def slip_table(runset: RunSet) -> pd.DataFrame:
             if arm == "none":
                 continue
             row = {"env": env, "algorithm": algo, "slip": slip, "filter": arm, "n": len(arm_runs)}
-            for metric, mine, theirs, gain in ((PEAK, "peak_success", "no_filter_success", "advantage"), (FINAL, "final_success", "no_filter_final", "final_advantage")):
+            for metric, mine, theirs, gain in (
+                (PEAK, "peak_success", "no_filter_success", "advantage"),
+                (FINAL, "final_success", "no_filter_final", "final_advantage"),
+            ):
                 vals, ref = column(arm_runs, metric), column(base, metric)
                 d, lo, hi = welch_diff_ci(vals, ref)
                 row |= {mine: float(vals.mean()), theirs: float(ref.mean()) if len(ref) else math.nan}

@@ -183,7 +183,8 @@ class RolloutConfig:
         True, help="decode with a copy of the policy whose LoRA adapters are folded into its weights (faster; one more copy of the weights)"
     )
     reuse_kv: bool = opt(
-        True, help="keep each trajectory's KV cache from turn to turn and encode only the new tokens (faster; holds one cache per live trajectory)"
+        True,
+        help="keep each trajectory's KV cache from turn to turn and encode only the new tokens (faster; holds one cache per live trajectory)",
     )
 
     def validate(self) -> None:
@@ -216,7 +217,8 @@ class AlgorithmConfig:
     critic_lr: float = opt(1e-3, help="value-head learning rate (PPO)")
     ppo_epochs: int = opt(1, help="passes over each rollout batch")
     mini_batch_size: int = opt(
-        0, help="trajectories per optimizer step, in batch order (verl's ppo_mini_batch_size; the authors': a quarter of the batch); 0: one step on the whole kept batch"
+        0,
+        help="trajectories per optimizer step, in batch order (verl's ppo_mini_batch_size; the authors': a quarter of the batch); 0: one step on the whole kept batch",
     )
     # 8, not 32: the tiny model's activations then stay in cache (measured 1.5-2x faster updates on CPU)
     micro_batch_size: int = opt(8, help="sequences per forward/backward (the loss is the same for any size)")

@@ -398,10 +398,11 @@ class AgentRLModule(L.LightningModule):
             advantages = whiten_across(advantages, [mb["response_mask"] for _, mb in micro], reduce=reduce)
         # Each micro-batch's loss weight within its mini-batch; a mini-batch of fewer trajectories
         # than mini_batch_size counts for its share of one, as verl's gradient accumulation does.
+        per_step = self.cfg.algorithm.mini_batch_size
         weights = []
-        for m, members in enumerate(minis):
+        for members in minis:
             tokens = float(sum(sum(seqs.loss_mask[i]) for i in members)) or 1.0
-            share = len({seqs.traj_index[i] for i in members}) / self.cfg.algorithm.mini_batch_size if self.cfg.algorithm.mini_batch_size else 1.0
+            share = len({seqs.traj_index[i] for i in members}) / per_step if per_step else 1.0
             weights.append((tokens, len(members), share))
         # Per micro-batch statistics keyed by (epoch, global micro-batch index): gathered from every
         # rank and put back in the one-process order, their means are the one process's.
