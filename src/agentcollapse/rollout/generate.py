@@ -103,7 +103,8 @@ def generate(
         return [], []
     device = next(model.parameters()).device
     cache_arg = cache_kwarg(forward_params(model))
-    done_before = [0 if prefixes is None or p is None else int(p[0][0].shape[1]) for p in (prefixes or [None] * len(prompts))]
+    prefixes = list(prefixes) if prefixes is not None else [None] * len(prompts)
+    done_before = [0 if p is None else int(p[0][0].shape[1]) for p in prefixes]
     ids, attn = left_pad([list(p)[n:] for p, n in zip(prompts, done_before)], pad_id)
     ids, attn = ids.to(device), attn.to(device)
     positions = torch.as_tensor(done_before, device=device)[:, None] + (attn.cumsum(-1) - 1).clamp_min(0)
