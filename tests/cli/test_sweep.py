@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -67,6 +68,12 @@ def test_sweep_records_every_trial_a_crash_included_and_resumes(cache_dir, tmp_p
         assert float(row["value"]) == summary["peak_after_update"]["val/success_rate"]
         assert list(run_dir.glob("wandb/offline-run-*")), "wandb offline run missing"
         assert yaml.safe_load((run_dir / "config.yaml").read_text())["algorithm"]["kl_coef"] == float(row["algorithm.kl_coef"])
+
+    # Trials 0 and 2 differ only in what trains: trial 2 reads trial 0's step-0 evaluation back.
+    first, third = (pd.read_csv(Path(row["run_dir"]) / "metrics.csv").iloc[0] for row in (rows[0], rows[2]))
+    assert (first["step"], first["perf/val_shared"], third["step"], third["perf/val_shared"]) == (0, 0.0, 0, 1.0)
+    assert first["val/success_rate"] == third["val/success_rate"] and third["perf/val_time_s"] == 0.0
+    assert len(list((sweep_dir / "shared_eval").glob("*.json"))) == 1
 
     again = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]

@@ -115,6 +115,21 @@ def reference(tmp_path_factory, cache_dir) -> pd.DataFrame:
 
 
 @pytest.mark.slow
+def test_a_shared_step0_evaluation_is_read_back_and_changes_nothing_after_it(tmp_path, cache_dir, reference):
+    shared = tmp_path / "shared"
+    stored, read = tmp_path / "a" / "run", tmp_path / "b" / "run"
+    for run_dir in (stored, read):
+        run_dir.parent.mkdir()
+        run(run_dir, cache_dir, f"trainer.shared_eval_dir={shared}")
+    assert len(list(shared.glob("*.json"))) == 1
+    flags = [pd.read_csv(d / "metrics.csv").loc[0, "perf/val_shared"] for d in (stored, read)]
+    assert flags == [0.0, 1.0]
+    # Skipping the evaluation leaves every later number as it was: it draws from no global generator.
+    pd.testing.assert_frame_equal(metrics(stored), reference)
+    pd.testing.assert_frame_equal(metrics(read), reference)
+
+
+@pytest.mark.slow
 def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, cache_dir, reference):
     run_dir = tmp_path / "run"
     proc = start_and_wait(run_dir, cache_dir, min_steps=2)

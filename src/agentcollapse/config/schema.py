@@ -343,6 +343,9 @@ class TrainerConfig:
     val_every: int = opt(10, help="held-out evaluation every N iterations, at step 0 and at the end (0: never)")
     val_episodes: int = opt(64, help="held-out maps per evaluation (seeds 0..N-1, the same for every run)")
     val_temperatures: list[float] = opt(factory=lambda: [1.0, 0.5, 0.0], help="evaluation temperatures (0 = greedy; 0.5 is the paper's)")
+    shared_eval_dir: Optional[str] = opt(
+        None, help="where runs of the same policy, seed and evaluation settings share their step-0 evaluation (the sweeper sets it)"
+    )
     checkpoint_every: int = opt(10, help="write checkpoints/last.ckpt every N iterations (0: never)")
     accelerator: str = opt("cpu", help="Lightning accelerator: cpu | gpu | auto")
     devices: int = opt(1, help="processes/GPUs")

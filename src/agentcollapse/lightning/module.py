@@ -32,6 +32,7 @@ from agentcollapse.errors import UserError
 from agentcollapse.filtering import groups_with_signal
 from agentcollapse.lightning import distributed
 from agentcollapse.lightning.hooks import RolloutHook, Selection
+from agentcollapse.lightning.shared_eval import SharedEvaluations, step0_key
 from agentcollapse.models.policy import Policy
 from agentcollapse.rollout.batch import RolloutBatch
 from agentcollapse.rollout.runner import collect_rollouts, rollout_metrics
@@ -222,7 +223,7 @@ class AgentRLModule(L.LightningModule):
             return
         step = self.iteration + 1
         if step == 1 and self.cfg.trainer.val_every > 0:
-            self.log_metrics(0, self.evaluate())  # the warm-start policy, before any update
+            self.log_metrics(0, self.evaluate_warm_start())  # the warm-start policy, before any update
         started = time.perf_counter()
         metrics: dict[str, float] = {}
         rollout, perf = self.collect(self.iteration)
@@ -490,6 +491,22 @@ class AgentRLModule(L.LightningModule):
         return out
 
     # -- validation -----------------------------------------------------------------------------
+    def evaluate_warm_start(self) -> dict[str, float]:
+        """Step 0's evaluation, read from ``trainer.shared_eval_dir`` when a run of the same policy, seed
+        and evaluation settings stored it there (``lightning.shared_eval``), else run (and stored)."""
+        if not self.cfg.trainer.shared_eval_dir:
+            return self.evaluate()
+        shared = SharedEvaluations(self.cfg.trainer.shared_eval_dir)
+        key = step0_key(self.cfg, self.model)
+        rank, _ = distributed.world()
+        found = distributed.broadcast_object(shared.load(key) if rank == 0 else None)  # every rank takes one path
+        if found is not None:
+            return {**found, "perf/val_time_s": 0.0, "perf/val_shared": 1.0}
+        out = self.evaluate()
+        if rank == 0:
+            shared.store(key, {k: v for k, v in out.items() if not k.startswith("perf/")})
+        return {**out, "perf/val_shared": 0.0}
+
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         t0 = time.perf_counter()

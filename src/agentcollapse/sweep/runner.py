@@ -58,7 +58,9 @@ def _refuse_ddp(hydra_context: Any, config: Any, space: SearchSpace) -> None:
 
 
 def _trial_overrides(study: SweepStudy, space: SearchSpace, trial: Any, params: dict[str, str]) -> list[str]:
-    out = [*space.overrides(params), f"hydra.sweep.subdir={trial.number}"]
+    # The shared step-0 evaluation goes first, so that a `trainer.shared_eval_dir=null` on the command line wins.
+    shared = f"trainer.shared_eval_dir='{(study.sweep_dir / 'shared_eval').resolve()}'"
+    out = [shared, *space.overrides(params), f"hydra.sweep.subdir={trial.number}"]
     if study.settings.pruner.get("name", "none") != "none":
         out += [
             f"sweep.storage='{study.storage_url}'",
