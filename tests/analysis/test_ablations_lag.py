@@ -103,3 +103,40 @@ def test_lag_of_mi_before_success(tmp_path):
     summary = lag_summary(table.reset_index())
     assert summary["both"] == 2 and summary["neither"] == 1 and summary["median_lag"] == 1.5
     assert summary["mi_first"] == 2 and summary["share_mi_first"] == 1.0
+
+
+def _categories(**counts: int):
+    import pandas as pd
+
+    return pd.DataFrame({"category": [k for k, n in counts.items() for _ in range(n)]})
+
+
+def test_warning_quality_counts_recall_and_precision():
+    from agentcollapse.analysis import warning_quality
+
+    q = warning_quality(_categories(both=6, mi_only=4, success_only=2, neither=8))
+    assert q["recall"] == 6 / 8 and q["precision"] == 6 / 10 and q["success_decline_without_mi"] == 2 / 10
+    assert 0 < q["fisher_p"] < 0.1 and math.isnan(q["cmh_p"])
+    assert math.isnan(warning_quality(_categories(neither=3))["recall"])
+
+
+def test_the_stratified_test_does_not_take_base_rates_for_an_association():
+    import pandas as pd
+
+    from agentcollapse.analysis import warning_quality
+    from agentcollapse.analysis.stats import mantel_haenszel_p
+
+    # Sweep a: both declines common; sweep b: both rare; within each, MI says nothing about success.
+    a = _categories(both=16, mi_only=4, success_only=4, neither=1).assign(sweep="a")
+    b = _categories(both=1, mi_only=4, success_only=4, neither=16).assign(sweep="b")
+    q = warning_quality(pd.concat([a, b]), strata="sweep")
+    assert q["fisher_p"] < 0.05  # pooled naively: a strong "association"
+    assert q["cmh_p"] > 0.5  # within sweeps: none
+    # One stratum: the continuity-corrected normal approximation of the hypergeometric, by hand.
+    e, v = 10 * 10 / 20, 10 * 10 * 10 * 10 / (20 * 20 * 19)
+    assert mantel_haenszel_p([[[8, 2], [2, 8]]]) == pytest.approx(float(sps_norm_sf((8 - e - 0.5) / math.sqrt(v))))
+    assert math.isnan(mantel_haenszel_p([[[1, 0], [0, 0]]]))
+
+
+def sps_norm_sf(z: float) -> float:
+    return 0.5 * math.erfc(z / math.sqrt(2))

@@ -32,9 +32,9 @@ from scipy import stats as sps
 
 from agentcollapse.analysis.paper import HEADLINE_MI, SUCCESS
 from agentcollapse.analysis.runs import RunSet
-from agentcollapse.analysis.stats import binomial_se
+from agentcollapse.analysis.stats import binomial_se, mantel_haenszel_p
 
-__all__ = ["lag_summary", "lag_table", "onset"]
+__all__ = ["lag_summary", "lag_table", "onset", "warning_quality"]
 
 
 def onset(steps, values, *, frac: float = 0.25, min_drop: float = 0.0) -> float:
@@ -122,3 +122,35 @@ def lag_summary(table: pd.DataFrame) -> dict[str, float | int]:
         "share_mi_first": lead / len(lag) if len(lag) else math.nan,
         "sign_test_p": p,
     }
+
+
+def _counts(table: pd.DataFrame) -> tuple[int, int, int, int]:
+    n = table["category"].value_counts() if len(table) else pd.Series(dtype=int)
+    return tuple(int(n.get(k, 0)) for k in ("both", "mi_only", "success_only", "neither"))  # type: ignore[return-value]
+
+
+def warning_quality(table: pd.DataFrame, strata: str | None = None) -> dict[str, float]:
+    """The MI decline read as a warning of a success decline, over the runs of a :func:`lag_table`:
+    ``recall`` (of the runs whose success declined, the share whose MI declined too), ``precision`` (of
+    the runs whose MI declined, the share whose success declined), the base rate of a success decline
+    without one, and Fisher's one-sided exact test that an MI decline makes a success decline likelier.
+    With ``strata`` (a column, e.g. the sweep of runs pooled from several), ``cmh_p`` is the same
+    question asked within each stratum and pooled (Cochran-Mantel-Haenszel), so that sweeps where both
+    declines are common cannot make an association on their own. Timing is left to :func:`lag_summary`."""
+    both, mi_only, success_only, neither = _counts(table)
+
+    def share(k: int, total: int) -> float:
+        return k / total if total else math.nan
+
+    return {
+        "recall": share(both, both + success_only),
+        "precision": share(both, both + mi_only),
+        "success_decline_without_mi": share(success_only, success_only + neither),
+        "fisher_p": float(sps.fisher_exact(_2x2((both, mi_only, success_only, neither)), alternative="greater").pvalue),
+        "cmh_p": mantel_haenszel_p([_2x2(_counts(part)) for _, part in table.groupby(strata)]) if strata else math.nan,
+    }
+
+
+def _2x2(counts: tuple[int, int, int, int]) -> list[list[int]]:
+    both, mi_only, success_only, neither = counts
+    return [[both, mi_only], [success_only, neither]]

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats as sps
 
-__all__ = ["binomial_se", "bootstrap_spearman_ci", "mean_ci", "spearman", "welch_diff_ci", "wilson_interval"]
+__all__ = ["binomial_se", "bootstrap_spearman_ci", "mantel_haenszel_p", "mean_ci", "spearman", "welch_diff_ci", "wilson_interval"]
 
 
 def wilson_interval(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -103,3 +103,20 @@ def welch_diff_ci(a: Sequence[float], b: Sequence[float], level: float = 0.95) -
     dof = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     half = float(sps.t.ppf(0.5 + level / 2, dof) * se)
     return d, d - half, d + half
+
+
+def mantel_haenszel_p(tables: Sequence[Sequence[Sequence[int]]]) -> float:
+    """One-sided Cochran-Mantel-Haenszel test over 2x2 strata ``[[a, b], [c, d]]``: is the first row's
+    rate of the first column higher than the second row's within strata, pooled without letting the
+    strata's different base rates pass for an association? (Continuity-corrected normal approximation;
+    strata of fewer than two units carry no information and are skipped; NaN when none is left.)"""
+    excess, variance = 0.0, 0.0
+    for (a, b), (c, d) in tables:
+        n = a + b + c + d
+        if n < 2:
+            continue
+        excess += a - (a + b) * (a + c) / n
+        variance += (a + b) * (c + d) * (a + c) * (b + d) / (n * n * (n - 1))
+    if variance == 0:
+        return math.nan
+    return float(sps.norm.sf((excess - 0.5) / math.sqrt(variance)))
