@@ -13,7 +13,7 @@ SEEDS ?=
 N ?=
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy mi-check doctor smollm2 gpu-check clean-venv tables report bench-trl
+.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy bench-scaling mi-check doctor smollm2 gpu-check clean-venv tables report bench-trl
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
@@ -67,6 +67,9 @@ bench: bench-iteration bench-rollout bench-filter bench-proxy ## every quick ben
 
 bench-iteration: $(STAMP) ## one RL iteration vs the code before the performance work, and vs the matmul limit
 	$(BIN)/python benchmarks/bench_iteration.py $(ARGS)
+
+bench-scaling: $(STAMP) ## iteration time and peak memory as P, G, the turn cap and the response budget double (~10 min)
+	$(BIN)/python benchmarks/bench_scaling.py $(ARGS)
 
 bench-trl: ## our RL iteration vs TRL's GRPOTrainer, alternating (benchmark-only .venv-trl: trl==1.16.0 on requirements.lock's versions)
 	@if [ ! -f .venv-trl/.installed ] || [ requirements.lock -nt .venv-trl/.installed ] || [ pyproject.toml -nt .venv-trl/.installed ]; then \
