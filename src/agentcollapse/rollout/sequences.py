@@ -62,11 +62,11 @@ def collate(seqs: Sequences, indices: list[int], pad_id: int, device: torch.devi
     (see :func:`gather_logprobs`). At a real vocabulary the head over the prompt dominated the update.
     """
     ids = pad_right([seqs.input_ids[i] for i in indices], pad_id)
-    attn = pad_right([[1] * len(seqs.input_ids[i]) for i in indices], 0)
     targets = pad_right([seqs.loss_mask[i] for i in indices], 0)[:, 1:]
     hit = targets.any(dim=0).nonzero()
     start = int(hit[0]) if len(hit) else 0
-    out = {"input_ids": ids, "attention_mask": attn, "response_mask": targets[:, start:].float()}
+    # No attention mask: right padding sits after every real token, so causality alone hides it.
+    out = {"input_ids": ids, "response_mask": targets[:, start:].float()}
     # logits_from stays on the CPU: every forward reads it back as an int, which on a GPU would sync
     return {**{k: v.to(device) for k, v in out.items()}, "logits_from": torch.tensor(start)}
 
