@@ -30,7 +30,7 @@ __all__ = [
     "spearman_markdown",
     "spearman_table",
     "target_noise",
-    "write_report",
     "warning_quality",
+    "write_report",
     "write_tables",
 ]

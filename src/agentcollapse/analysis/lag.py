@@ -129,6 +129,11 @@ def _counts(table: pd.DataFrame) -> tuple[int, int, int, int]:
     return tuple(int(n.get(k, 0)) for k in ("both", "mi_only", "success_only", "neither"))  # type: ignore[return-value]
 
 
+def _2x2(counts: tuple[int, int, int, int]) -> list[list[int]]:
+    both, mi_only, success_only, neither = counts
+    return [[both, mi_only], [success_only, neither]]
+
+
 def warning_quality(table: pd.DataFrame, strata: str | None = None) -> dict[str, float]:
     """The MI decline read as a warning of a success decline, over the runs of a :func:`lag_table`:
     ``recall`` (of the runs whose success declined, the share whose MI declined too), ``precision`` (of
@@ -149,8 +154,3 @@ def warning_quality(table: pd.DataFrame, strata: str | None = None) -> dict[str,
         "fisher_p": float(sps.fisher_exact(_2x2((both, mi_only, success_only, neither)), alternative="greater").pvalue),
         "cmh_p": mantel_haenszel_p([_2x2(_counts(part)) for _, part in table.groupby(strata)]) if strata else math.nan,
     }
-
-
-def _2x2(counts: tuple[int, int, int, int]) -> list[list[int]]:
-    both, mi_only, success_only, neither = counts
-    return [[both, mi_only], [success_only, neither]]
