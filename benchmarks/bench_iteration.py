@@ -50,17 +50,38 @@ def timed_run_overrides(steps: int, threads: int) -> list[str]:
     ]
 
 
-def train_rows(src: Path, overrides: list[str], run_dir: Path, threads: int) -> Any:
-    """The metrics.csv rows after step 0 of one ``agentcollapse train`` of the code under ``src``."""
-    env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": str(threads), "WANDB_MODE": "disabled"}
-    cmd = [sys.executable, "-m", "agentcollapse.cli.main", "train", *overrides, f"run_dir={run_dir}"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=src.parent)
-    if proc.returncode != 0:
-        raise SystemExit(f"run failed ({src}):\n{proc.stderr[-3000:]}")
+def iteration_overrides(steps: int, threads: int) -> list[str]:
+    """The benchmarked iteration: FrozenLake P=8 x G=8, the MI proxy at step 1 and every 5 steps, timed."""
+    return [
+        "env=frozenlake",
+        "rollout.num_prompts=8",
+        "rollout.group_size=8",
+        "diagnostics.compute_freq=5",
+        *timed_run_overrides(steps, threads),
+    ]
+
+
+def measured_train(src: Path, overrides: list[str], run_dir: Path, threads: int) -> tuple[Any, float]:
+    """(metrics.csv rows after step 0, peak resident memory in MiB) of one ``agentcollapse train`` of the
+    code under ``src``. Output goes to ``<run_dir>.log``, a pipe nobody reads could fill up and stall it."""
     import pandas as pd
 
+    env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": str(threads), "WANDB_MODE": "disabled"}
+    cmd = [sys.executable, "-m", "agentcollapse.cli.main", "train", *overrides, f"run_dir={run_dir}"]
+    log = run_dir.parent / f"{run_dir.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=src.parent)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not every child's maximum
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"run failed ({src}):\n{log.read_text()[-3000:]}")
     rows = pd.read_csv(run_dir / "metrics.csv")
-    return rows[rows["step"] >= 1].sort_values("step")
+    return rows[rows["step"] >= 1].sort_values("step"), usage.ru_maxrss / 1024  # Linux: KiB
+
+
+def train_rows(src: Path, overrides: list[str], run_dir: Path, threads: int) -> Any:
+    """The metrics.csv rows after step 0 of one ``agentcollapse train`` of the code under ``src``."""
+    return measured_train(src, overrides, run_dir, threads)[0]
 
 
 def run_once(src: Path, overrides: list[str], run_dir: Path, threads: int) -> dict[str, list[float]]:
@@ -98,14 +119,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for both versions")
     args = ap.parse_args()
-    overrides = [
-        "env=frozenlake",
-        "rollout.num_prompts=8",
-        "rollout.group_size=8",
-        "diagnostics.compute_freq=5",
-        *timed_run_overrides(args.steps, args.threads),
-        *args.overrides,
-    ]
+    overrides = [*iteration_overrides(args.steps, args.threads), *args.overrides]
     results: dict[str, list[dict[str, list[float]]]] = {"baseline": [], "current": []}
     with tempfile.TemporaryDirectory() as tmp:
         base_tree = Path(tmp) / "baseline"

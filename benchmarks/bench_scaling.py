@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -31,7 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_iteration import PHASES, ROOT, timed_run_overrides  # noqa: E402
+from bench_iteration import PHASES, ROOT, iteration_overrides, measured_train  # noqa: E402
 
 # Each row doubles one size of the base config (the defaults below, or the command line's).
 DOUBLED = {
@@ -65,22 +63,6 @@ def default_policy_dir() -> Path:
     return path
 
 
-def measured_run(overrides: list[str], run_dir: Path, threads: int) -> tuple[Any, float]:
-    """(metrics.csv rows after step 0, peak resident memory in MiB) of one ``agentcollapse train``."""
-    import pandas as pd
-
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": str(threads), "WANDB_MODE": "disabled"}
-    cmd = [sys.executable, "-m", "agentcollapse.cli.main", "train", *overrides, f"run_dir={run_dir}"]
-    log = run_dir.parent / f"{run_dir.name}.log"
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not every child's maximum
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"run failed ({' '.join(overrides)}):\n{log.read_text()[-3000:]}")
-    rows = pd.read_csv(run_dir / "metrics.csv")
-    return rows[rows["step"] >= 1].sort_values("step"), usage.ru_maxrss / 1024  # Linux: KiB
-
-
 def summarise(rows: Any, peak_mib: float, num_prompts: int, group_size: int) -> dict[str, float]:
     later = rows[rows["step"] >= 2]
     out = {name: float(later[col].fillna(0.0).mean()) if col in later else 0.0 for name, col in PHASES.items() if name != "proxy"}
@@ -101,14 +83,10 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every row")
     args = ap.parse_args()
     base = [
-        "env=frozenlake",
+        *iteration_overrides(args.steps, args.threads),
         f"model.path={default_policy_dir()}",
-        "rollout.num_prompts=8",
-        "rollout.group_size=8",
-        "diagnostics.compute_freq=5",
         "diagnostics.first_turn_samples=0",
         "diagnostics.skip_samplers=[trajectory,trajectory_nocopy]",
-        *timed_run_overrides(args.steps, args.threads),
         *args.overrides,
     ]
     rows = {"base": [], **{name: [f"{key}={2 * size_of(base, key)}" for key in keys] for name, keys in DOUBLED.items()}}
@@ -116,7 +94,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for k, (name, extra) in enumerate(rows.items()):
             overrides = [*base, *extra]
-            frame, peak = measured_run(overrides, Path(tmp) / f"row{k}", args.threads)
+            frame, peak = measured_train(ROOT / "src", overrides, Path(tmp) / f"row{k}", args.threads)
             p, g = size_of(overrides, "rollout.num_prompts"), size_of(overrides, "rollout.group_size")
             table[name] = summarise(frame, peak, p, g)
             print(f"{name} ({' '.join(extra) or 'as given'}): step {table[name]['step']:.2f} s, peak {peak:.0f} MiB", flush=True)

@@ -122,6 +122,7 @@ def test_warning_quality_counts_recall_and_precision():
 
 def test_the_stratified_test_does_not_take_base_rates_for_an_association():
     import pandas as pd
+    from scipy.stats import norm
 
     from agentcollapse.analysis import warning_quality
     from agentcollapse.analysis.stats import mantel_haenszel_p
@@ -134,9 +135,5 @@ def test_the_stratified_test_does_not_take_base_rates_for_an_association():
     assert q["cmh_p"] > 0.5  # within sweeps: none
     # One stratum: the continuity-corrected normal approximation of the hypergeometric, by hand.
     e, v = 10 * 10 / 20, 10 * 10 * 10 * 10 / (20 * 20 * 19)
-    assert mantel_haenszel_p([[[8, 2], [2, 8]]]) == pytest.approx(float(sps_norm_sf((8 - e - 0.5) / math.sqrt(v))))
+    assert mantel_haenszel_p([[[8, 2], [2, 8]]]) == pytest.approx(float(norm.sf((8 - e - 0.5) / math.sqrt(v))))
     assert math.isnan(mantel_haenszel_p([[[1, 0], [0, 0]]]))
-
-
-def sps_norm_sf(z: float) -> float:
-    return 0.5 * math.erfc(z / math.sqrt(2))

@@ -497,8 +497,8 @@ class AgentRLModule(L.LightningModule):
         if not self.cfg.trainer.shared_eval_dir:
             return self.evaluate()
         shared = SharedEvaluations(self.cfg.trainer.shared_eval_dir)
-        key = step0_key(self.cfg, self.model)
         rank, _ = distributed.world()
+        key = step0_key(self.cfg, self.model) if rank == 0 else ""  # only rank 0 reads and writes; hashing the weights is not free
         found = distributed.broadcast_object(shared.load(key) if rank == 0 else None)  # every rank takes one path
         if found is not None:
             return {**found, "perf/val_time_s": 0.0, "perf/val_shared": 1.0}
