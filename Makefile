@@ -13,7 +13,7 @@ SEEDS ?=
 N ?=
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy bench-scaling mi-check doctor smollm2 gpu-check clean-venv tables report bench-trl
+.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy bench-scaling mi-check doctor smollm2 gpu-check clean-venv tables report bench-trl bench-report
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
@@ -63,7 +63,15 @@ smoke: $(STAMP) ## a two-iteration run that touches every stage
 base-model: $(STAMP) ## force a rebuild of the tiny warm-started policy for ENV
 	$(BIN)/agentcollapse base-model env=$(ENV) $(ARGS)
 
-bench: bench-iteration bench-rollout bench-filter bench-proxy ## every quick benchmark (bench-learning is separate: ~2 h for 4 x 3 runs)
+bench: $(STAMP) ## the quick benchmarks (~9 min on 2 cores), then benchmarks/results/latest.{json,md} with every part's newest result (TRL, scaling, learning: own targets)
+	$(BIN)/python benchmarks/bench_iteration.py $(ARGS)
+	$(BIN)/python benchmarks/bench_rollout.py --episodes 64 --slips 0 --repeats 2 env=frozenlake
+	$(BIN)/python benchmarks/bench_filter.py
+	$(BIN)/python benchmarks/bench_proxy.py --repeats 2
+	$(BIN)/python benchmarks/bench_report.py
+
+bench-report: $(STAMP) ## fold every benchmark's newest saved result into benchmarks/results/latest.{json,md} (runs nothing)
+	$(BIN)/python benchmarks/bench_report.py
 
 bench-iteration: $(STAMP) ## one RL iteration vs the code before the performance work, and vs the matmul limit
 	$(BIN)/python benchmarks/bench_iteration.py $(ARGS)

@@ -14,7 +14,7 @@ groups with non-zero variance, and dropping the zero ones would make the kept se
 on that count instead of on rho; with include_zero=True rho=1 keeps every group and the batch never
 empties. Note that linear top_p still keeps only the groups needed to reach rho of the RV mass, so zero-RV
 groups are kept only at rho=1 (``--top-p-mode softmax`` makes the kept fraction track rho more closely).
-Not a test: numbers go in issue notes.
+Saves ``benchmarks/results/filter.json`` for ``bench_report.py``. Not a test: numbers go in issue notes.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+
+from bench_report import save_result  # benchmarks/ is this script's sys.path[0]
 
 
 def _floats(text: str) -> list[float]:
@@ -96,6 +98,13 @@ def main() -> None:
         n = len(kept[rho])
         print(f"{rho:>5g} {n:>6d} {n / P:>6.2f} {med:>9.3f} {med / base:>6.2f}  " + " ".join(f"{t:.3f}" for t in times[rho]))
     print(f"ratio = median update time / median at rho={args.rhos[0]:g} (same batch, same start weights)")
+    rows = [{"rho": rho, "kept": len(kept[rho]), "median_s": statistics.median(times[rho]), "all_s": times[rho]} for rho in args.rhos]
+    for row in rows:
+        row["ratio"] = row["median_s"] / base
+    save_result(
+        "filter",
+        {"P": P, "G": batch.group_size, "repeats": args.repeats, "top_p_mode": args.top_p_mode, "overrides": args.overrides, "rows": rows},
+    )
 
 
 if __name__ == "__main__":

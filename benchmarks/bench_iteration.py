@@ -11,7 +11,9 @@ holds one proxy step, the cadence of the default). The roofline probe times ``to
 model's own shapes (hidden 128 -> 128 / 384 / vocab, at the update's and decoding's row counts) and
 the achieved FLOP/s of each phase is reported against it.
 
-Writes ``benchmarks/results/latest.json`` and ``latest.md``. Not a test: numbers go in issue notes.
+The last pair also times one held-out evaluation (step 0 and the end) in each version, kept apart from
+the iteration. Saves ``benchmarks/results/iteration.json`` (``bench_report.py`` folds it into
+``latest.json`` and ``latest.md``). Not a test: numbers go in issue notes.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from bench_report import save_result  # benchmarks/ is this script's sys.path[0]
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "f92f80d"  # the last commit before the performance work (issue 13)
@@ -84,15 +88,6 @@ def train_rows(src: Path, overrides: list[str], run_dir: Path, threads: int) -> 
     return measured_train(src, overrides, run_dir, threads)[0]
 
 
-def run_once(src: Path, overrides: list[str], run_dir: Path, threads: int) -> dict[str, list[float]]:
-    rows = train_rows(src, overrides, run_dir, threads)
-    out = {name: rows[col].fillna(0.0).tolist() if col in rows else [] for name, col in PHASES.items()}
-    out["tokens_per_s"] = rows["perf/rollout_tokens_per_s"].tolist()
-    out["response_length"] = rows["rollout/response_length"].tolist()
-    out["num_turns"] = rows["rollout/num_turns"].tolist()
-    return out
-
-
 def matmul_probe(shapes: list[tuple[int, int, int]], threads: int, repeats: int = 20) -> dict[str, float]:
     """GFLOP/s of ``torch.matmul`` for each (rows, k, n)."""
     import torch
@@ -110,17 +105,41 @@ def matmul_probe(shapes: list[tuple[int, int, int]], threads: int, repeats: int 
     return out
 
 
+def policy_dir(overrides: list[str]) -> Path:
+    """The warm-started policy ``overrides`` train (built by ``make base-model`` or the first run)."""
+    from agentcollapse.config import compose
+    from agentcollapse.models.policy import resolve_model_dir
+
+    cfg = compose(overrides)
+    return Path(resolve_model_dir(cfg.model, cfg.env, cfg.cache_dir))
+
+
+def linear_params(model_dir: Path) -> tuple[int, dict[str, int]]:
+    """(weights every token passes through: the decoder's projections and the LM head, sizes) of a Llama-shaped model."""
+    c = json.loads((model_dir / "config.json").read_text())
+    h, i, layers, vocab = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
+    kv = h * c.get("num_key_value_heads", c["num_attention_heads"]) // c["num_attention_heads"]
+    per_layer = 2 * h * h + 2 * h * kv + 3 * h * i
+    return layers * per_layer + h * vocab, {"hidden": h, "intermediate": i, "layers": layers, "vocab": vocab}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--baseline", default=BASELINE, help="commit to compare against (a git worktree of it is made)")
     ap.add_argument("--repeats", type=int, default=2, help="alternating baseline/current pairs")
     ap.add_argument("--steps", type=int, default=6, help="RL iterations per run (steps 2.. are averaged)")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-validation", action="store_true", help="skip timing one held-out evaluation in the last pair")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for both versions")
     args = ap.parse_args()
     overrides = [*iteration_overrides(args.steps, args.threads), *args.overrides]
+    # Both versions load the same warm start (their cache keys agree), built here first if missing.
+    model_dir = policy_dir(overrides)
     results: dict[str, list[dict[str, list[float]]]] = {"baseline": [], "current": []}
+    peaks: dict[str, list[float]] = {"baseline": [], "current": []}
+    val_s: dict[str, list[float]] = {"baseline": [], "current": []}
+    tokens_per_pass: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         base_tree = Path(tmp) / "baseline"
         subprocess.run(
@@ -128,9 +147,23 @@ def main() -> None:
         )
         try:
             for rep in range(args.repeats):
+                # The last pair also evaluates at step 0 and at the end (validation stays out of the
+                # iteration's own times, which these rows keep apart).
+                validate = rep == args.repeats - 1 and not args.no_validation
+                extra = [f"trainer.val_every={args.steps}"] if validate else []
                 for name, src in (("baseline", base_tree / "src"), ("current", ROOT / "src")):
                     started = time.perf_counter()
-                    results[name].append(run_once(src, overrides, Path(tmp) / f"{name}-{rep}", args.threads))
+                    run_dir = Path(tmp) / f"{name}-{rep}"
+                    rows, peak = measured_train(src, [*overrides, *extra], run_dir, args.threads)
+                    results[name].append(phase_lists(rows))
+                    peaks[name].append(peak)
+                    if validate:
+                        import pandas as pd
+
+                        every = pd.read_csv(run_dir / "metrics.csv")
+                        val_s[name] += every["perf/val_time_s"].dropna().tolist()
+                    if name == "current" and "perf/update_tokens" in rows:
+                        tokens_per_pass += rows["perf/update_tokens"].dropna().tolist()[1:]
                     print(f"{name} run {rep + 1}/{args.repeats}: {time.perf_counter() - started:.0f}s", flush=True)
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)], capture_output=True)
@@ -143,58 +176,77 @@ def main() -> None:
         name: {phase: mean_of(name, phase) for phase in (*PHASES, "tokens_per_s", "response_length", "num_turns")} for name in results
     }
     ratios = {phase: summary["current"][phase] / summary["baseline"][phase] for phase in PHASES if summary["baseline"][phase] > 0}
-
-    # Roofline: the update's micro-batches are ~8 x 315 tokens, decoding 64 rows at a time.
-    probe = matmul_probe(
-        [(2520, 128, 128), (2520, 128, 384), (2520, 384, 128), (2520, 128, 725), (64, 128, 384), (2048, 2048, 2048)], args.threads
-    )
-    # Model FLOPs (non-embedding params N ~ 4 layers x (4*128*128 + 3*128*384) = 0.85M; LM head 128 x 725).
-    n_params = 4 * (4 * 128 * 128 + 3 * 128 * 384) + 128 * 725
     cur = summary["current"]
-    tokens_update = 64 * 315  # sequences x mean length at the default (measured: 64 sequences, ~315 tokens)
-    flops = {
-        # update: forward + backward (6N per token) plus the no-grad reference pass (2N) when kl_coef > 0
-        "update": 8 * n_params * tokens_update / max(cur["update"] + cur["scoring"], 1e-9) / 1e9,
-        # rollout: 2N per generated token (prefill of the contexts excluded, so this is a lower bound)
-        "rollout_decode": 2 * n_params * cur["tokens_per_s"] / 1e9,
+
+    # Roofline: the update's micro-batches are 8 sequences of a few hundred tokens, decoding 64 rows at a time.
+    n_lin, sizes = linear_params(model_dir)
+    h, i, vocab = sizes["hidden"], sizes["intermediate"], sizes["vocab"]
+    rows_update = 8 * 315
+    probe = matmul_probe(
+        [(rows_update, h, h), (rows_update, h, i), (rows_update, i, h), (rows_update, h, vocab), (64, h, i), (2048, 2048, 2048)],
+        args.threads,
+    )
+    probe_update = statistics.fmean(list(probe.values())[:4])
+    # Scoring + update per token position: the reference forward (2N), the forward (2N) and the backward
+    # to the inputs (2N; the frozen weights get no gradient). LoRA's own matmuls (~3%) and attention's
+    # score and value products are left out, so this is a lower bound on the work done.
+    positions = statistics.fmean(tokens_per_pass) if tokens_per_pass else float("nan")
+    update_gflops = 6 * n_lin * positions / max(cur["update"] + cur["scoring"], 1e-9) / 1e9
+    decode_gflops = 2 * n_lin * cur["tokens_per_s"] / 1e9  # prefill of the contexts left out: a lower bound
+    achieved = {
+        "update + scoring": {
+            "how": f"6N x {positions:.0f} positions / time (N = {n_lin / 1e6:.2f}M linear weights)",
+            "gflops": update_gflops,
+            "fraction": update_gflops / probe_update,
+            "of": "the probe at the update's shapes",
+        },
+        "decoding": {
+            "how": "2N x generated tokens/s",
+            "gflops": decode_gflops,
+            "fraction": decode_gflops / probe[f"64x{h}x{i}"],
+            "of": "the 64-row probe",
+        },
     }
-    probe_update = statistics.fmean([probe["2520x128x128"], probe["2520x128x384"], probe["2520x384x128"], probe["2520x128x725"]])
+    validation = None
+    if val_s["current"]:
+        validation = {
+            "seconds": statistics.fmean(val_s["current"]),
+            "baseline_seconds": statistics.fmean(val_s["baseline"]) if val_s["baseline"] else None,
+            "evaluations": len(val_s["current"]),
+        }
+        if validation["baseline_seconds"]:
+            ratios["validation"] = validation["seconds"] / validation["baseline_seconds"]
+            summary["baseline"]["validation"] = validation["baseline_seconds"]
+            summary["current"]["validation"] = validation["seconds"]
     report = {
         "config": overrides,
         "baseline_commit": args.baseline,
         "repeats": args.repeats,
+        "threads": args.threads,
+        "phases": [*PHASES, *(["validation"] if "validation" in ratios else [])],
         "phases_s": summary,
         "ratio_current_over_baseline": ratios,
+        "validation": validation,
+        "peak_rss_mib": {name: max(v) for name, v in peaks.items()},
+        "update_positions_per_pass": positions,
         "matmul_probe_gflops": probe,
-        "achieved_gflops": flops,
-        "fraction_of_probe": {"update": flops["update"] / probe_update, "rollout_decode": flops["rollout_decode"] / probe["64x128x384"]},
+        "achieved": achieved,
         "raw": results,
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "latest.json").write_text(json.dumps(report, indent=2))
-    lines = [
-        f"# One RL iteration: current vs {args.baseline} ({args.repeats} alternating runs each, {args.threads} thread(s))",
-        "",
-        "| phase | baseline (s) | current (s) | current / baseline |",
-        "|---|---|---|---|",
-    ]
-    for phase in PHASES:
-        lines.append(
-            f"| {phase} | {summary['baseline'][phase]:.2f} | {summary['current'][phase]:.2f} | {ratios.get(phase, float('nan')):.2f} |"
-        )
-    lines += [
-        "",
-        f"rollout tokens/s: baseline {summary['baseline']['tokens_per_s']:.0f}, current {cur['tokens_per_s']:.0f}",
-        "",
-        "| roofline | GFLOP/s |",
-        "|---|---|",
-        *[f"| matmul {k} | {v:.1f} |" for k, v in probe.items()],
-        f"| update achieved (8N x tokens / time) | {flops['update']:.1f} ({report['fraction_of_probe']['update']:.0%} of the probe at its shapes) |",
-        f"| decoding achieved (2N x tokens/s) | {flops['rollout_decode']:.2f} ({report['fraction_of_probe']['rollout_decode']:.0%} of the 64-row probe) |",
-    ]
-    (out / "latest.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    path = save_result("iteration", report, args.out)
+    from bench_report import iteration_lines
+
+    print("\n".join(iteration_lines(report)))
+    print(f"wrote {path}")
+
+
+def phase_lists(rows: Any) -> dict[str, list[float]]:
+    """Per-step values of each phase and of the rollout's size from one run's rows."""
+    out = {name: rows[col].fillna(0.0).tolist() if col in rows else [] for name, col in PHASES.items()}
+    out["tokens_per_s"] = rows["perf/rollout_tokens_per_s"].tolist()
+    out["response_length"] = rows["rollout/response_length"].tolist()
+    out["num_turns"] = rows["rollout/num_turns"].tolist()
+    return out
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ On one P x G rollout batch of the configured policy (default: the tiny model, P=
 
 ``--fill-empty-thinks`` is for barely trained policies (tiny test configs) that rarely close
 ``</think>``: turns without reasoning get the decoded response (tags stripped) as their reasoning, so
-the proxy has rows to score. Not a test: numbers go in issue notes.
+the proxy has rows to score. Saves ``benchmarks/results/proxy.json`` for ``bench_report.py``. Not a test:
+numbers go in issue notes.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ import statistics
 import time
 
 from agentcollapse.run.trainer import attach_to_trainer
+from bench_report import save_result  # benchmarks/ is this script's sys.path[0]
 
 
 def _fill_empty_thinks(batch) -> int:
@@ -160,6 +162,28 @@ def main() -> None:
                 f"{ideal_prefill:.2f}x -> {speedup / ideal_prefill:.2f} of it)"
             )
             print(f"  max |cached - naive|       {max(max_diff):.2e}")
+    record = {
+        "P": P,
+        "G": G,
+        "repeats": args.repeats,
+        "overrides": args.overrides,
+        "proxy_s": med["proxy"],
+        "iteration_s": iteration,
+        "proxy_over_iteration": med["proxy"] / iteration,
+        "compute_freq": freq,
+        "cost_at_compute_freq": med["proxy"] / (freq * iteration),
+        "cached_s": med["cached"] if can_score else None,
+        "naive_s": med["naive"] if can_score and not args.skip_naive else None,
+        "mean_context_len": ctx_len,
+        "mean_trace_len": z_len,
+        "traces": len(sample.traces),
+        "ideal": ideal,
+        "ideal_with_prefill": ideal_prefill,
+        "speedup": med["naive"] / med["cached"] if can_score and not args.skip_naive else None,
+        "max_abs_diff": max(max_diff) if max_diff else None,
+        "samplers": {k: float(v) for k, v in proxy_out.items()},
+    }
+    save_result("proxy", record)
     for name in sampler_prefixes():
         keys = ("valid_thinking_rate", "num_traces", "num_contexts", "mi_estimate", "retrieval_accuracy")
         print(f"  {name}: " + ", ".join(f"{k}={proxy_out[f'{name}/{k}']:.3g}" for k in keys if f"{name}/{k}" in proxy_out))

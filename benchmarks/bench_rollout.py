@@ -5,7 +5,7 @@
 Prints generated tokens/s for one P x G training batch, the rollout with the KV cache kept across turns
 against re-encoding every context (``rollout.reuse_kv``; alternating, ``--repeats`` pairs, same tokens
 checked), and held-out success (T=1.0, 0.5, greedy) with 95% Wilson intervals, with and without slip.
-Not a test: numbers go in issue notes.
+Saves ``benchmarks/results/rollout.json`` for ``bench_report.py``. Not a test: numbers go in issue notes.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import statistics
 
 from agentcollapse.analysis.stats import wilson_interval
 from agentcollapse.run.jobs import config_and_policy, held_out_success, training_batch
+from bench_report import save_result  # benchmarks/ is this script's sys.path[0]
 
 
 def _floats(text: str) -> list[float]:
@@ -45,12 +46,29 @@ def main() -> None:
             times[reuse].append(p["perf/rollout_time_s"])
             tokens[reuse].append([[t.response_ids for t in traj.turns] for traj in b.trajectories])
     policy.reuse_kv_across_turns = cfg.rollout.reuse_kv
+    record = {
+        "P": cfg.rollout.num_prompts,
+        "G": cfg.rollout.group_size,
+        "env": cfg.env.name,
+        "rollout_s": perf["perf/rollout_time_s"],
+        "tokens_per_s": perf["perf/rollout_tokens_per_s"],
+        "kv_reuse": None,
+        "success": [],
+    }
     if args.repeats:
         full, reused = statistics.median(times[False]), statistics.median(times[True])
         print(
             f"KV cache across turns: {reused:.2f}s vs re-encoding {full:.2f}s (median of {args.repeats}), "
             f"ratio {reused / full:.2f}; same tokens: {tokens[True] == tokens[False]}"
         )
+        kv = {
+            "reused_s": reused,
+            "full_s": full,
+            "ratio": reused / full,
+            "pairs": args.repeats,
+            "same_tokens": tokens[True] == tokens[False],
+        }
+        record["kv_reuse"] = kv
     for slip in args.slips if cfg.env.name == "frozenlake" else [None]:
         env_kwargs = dict(cfg.env.kwargs) | ({"slip": slip} if slip is not None else {})
         for temp in args.temperatures:
@@ -58,6 +76,8 @@ def main() -> None:
             lo, hi = wilson_interval(k, n)
             label = f"slip={slip}" if slip is not None else cfg.env.name
             print(f"warm-start success {label:10s} T={temp:<4}: {k / n:.3f}  95% CI [{lo:.3f}, {hi:.3f}]  (n={n})")
+            record["success"].append({"label": label, "temperature": temp, "rate": k / n, "ci": [lo, hi], "n": n})
+    save_result("rollout", record)
 
 
 if __name__ == "__main__":

@@ -14,14 +14,13 @@ prompt of the batch (``first_turn_samples=0``; the trajectory samplers, which dr
 pairs, are off), so with the prompts' caches kept its cost should follow P*G*P*|Z|; the table puts the
 measured ratio to the base row beside that model's ratio (|Z|: the realised response length).
 
-Writes ``benchmarks/results/scaling.json`` and ``scaling.md``. Not a test: numbers go in
+Writes ``benchmarks/results/scaling.json`` (for ``bench_report.py``) and ``scaling.md``. Not a test: numbers go in
 ``docs/performance.md``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_iteration import PHASES, ROOT, iteration_overrides, measured_train  # noqa: E402
+from bench_report import save_result  # noqa: E402
 
 # Each row doubles one size of the base config (the defaults below, or the command line's).
 DOUBLED = {
@@ -101,7 +101,7 @@ def main() -> None:
     ref = table["base"]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "scaling.json").write_text(json.dumps({"config": base, "rows": table}, indent=2))
+    save_result("scaling", {"config": base, "threads": args.threads, "rows": table}, out)
     cols = ["step", "rollout", "scoring", "update", "proxy_step"]
     lines = [
         f"# Scaling: one size doubled per row (FrozenLake, P={size_of(base, 'rollout.num_prompts')} x "

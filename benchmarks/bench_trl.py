@@ -59,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_iteration import timed_run_overrides, train_rows  # benchmarks/ is this script's sys.path[0]
+from bench_report import save_result
 
 ROOT = Path(__file__).resolve().parents[1]
 SMOLLM2_VOCAB = 49152
@@ -475,7 +476,7 @@ def write_report(args: argparse.Namespace, cfg: Any, results: dict[str, dict[str
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "trl.json").write_text(json.dumps(report, indent=2, default=str))
+    save_result("trl", report, out)
     v = report["settings"]["versions"]
     lines = [
         f"# One RL iteration: ours vs TRL {v['trl']} GRPOTrainer (P={args.prompts} x G={args.group}, {args.max_new_tokens} new tokens, "

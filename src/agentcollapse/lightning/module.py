@@ -486,6 +486,7 @@ class AgentRLModule(L.LightningModule):
         out["actor/loss_scale"] = float(scale)
         out["actor/num_sequences"] = float(n)
         out["actor/optimizer_steps"] = float(len(grad_norms))
+        out["perf/update_tokens"] = float(sum(mb["input_ids"].numel() for _, mb in micro))
         out["perf/scoring_time_s"] = t_scored - t0
         out["perf/update_time_s"] = time.perf_counter() - t_scored
         return out

@@ -1,0 +1,261 @@
+"""Every benchmark's latest result in one place: ``benchmarks/results/latest.json`` and ``latest.md``.
+
+    python benchmarks/bench_report.py [--results benchmarks/results]
+
+``make bench`` runs the quick benchmarks (iteration, rollout, filter, proxy), each of which saves its
+own ``<name>.json`` with :func:`save_result`, then this script. It reads whatever results exist, newest
+run of each, and says for each part which commit and date it came from, so numbers from an older run
+(``make bench-trl`` needs its own ``.venv-trl`` and ~8 minutes, ``make bench-scaling`` ~10) are never
+mistaken for this run's. A part that was never run is listed with the command that makes it.
+
+The TRL comparison is the one result kept in git (``benchmarks/results/trl.json``): it needs a
+separate environment, so a fresh clone reports the committed measurement, labelled with its commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import resource
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+# name -> the command that produces benchmarks/results/<name>.json
+PARTS = {
+    "iteration": "make bench-iteration",
+    "rollout": "make bench-rollout",
+    "filter": "make bench-filter",
+    "proxy": "make bench-proxy",
+    "trl": "make bench-trl",
+    "scaling": "make bench-scaling",
+}
+
+
+def commit() -> str:
+    """Short hash of HEAD, with ``+dirty`` when tracked files under src/ or benchmarks/ differ from it."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks") else "")
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory so far (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def save_result(name: str, data: dict[str, Any], out: str | Path = RESULTS) -> Path:
+    """Write ``<out>/<name>.json``: ``data`` plus when, at which commit and by which command it was measured,
+    and the process's peak memory."""
+    record = {
+        "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": commit(),
+        "command": " ".join(sys.argv),
+        "peak_rss_mib": round(peak_rss_mib(), 1),
+        **data,
+    }
+    path = Path(out) / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, default=str))
+    return path
+
+
+def _fmt(value: Any, digits: int = 2) -> str:
+    return f"{value:.{digits}f}" if isinstance(value, int | float) else str(value)
+
+
+PHASE_NAMES = {
+    "step": "whole iteration",
+    "proxy": "MI proxy (diagnostics; mean over its cadence)",
+    "validation": "validation (one evaluation)",
+}
+
+
+def headline(parts: dict[str, Any]) -> dict[str, Any]:
+    """The few numbers a reader wants first, each ``None`` where its part was not measured."""
+
+    def get(name: str, *keys: str) -> Any:
+        value: Any = parts.get(name)
+        for key in keys:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value
+
+    trl = get("trl", "summary") or {}
+    return {
+        "iteration_now_over_before": get("iteration", "ratio_current_over_baseline"),
+        "update_fraction_of_matmul_probe": get("iteration", "achieved", "update + scoring", "fraction"),
+        "peak_rss_mib": get("iteration", "peak_rss_mib"),
+        "ours_over_trl": {name: v.get("ratio_ours_over_trl") for name, v in trl.items()} or None,
+        "proxy_cached_speedup": get("proxy", "speedup"),
+        "proxy_ideal_speedup": get("proxy", "ideal"),
+        "update_time_by_rho": {str(row["rho"]): row["median_s"] for row in get("filter", "rows") or []} or None,
+    }
+
+
+def iteration_lines(r: dict[str, Any]) -> list[str]:
+    base, cur, ratio = r["phases_s"]["baseline"], r["phases_s"]["current"], r["ratio_current_over_baseline"]
+    lines = [
+        f"One RL iteration, current vs `{r['baseline_commit']}` (the code before the performance work), "
+        f"{r['repeats']} alternating pair(s), {r['threads']} thread(s): `{' '.join(r['config'])}`",
+        "",
+        "| phase | before (s) | now (s) | now / before |",
+        "|---|---|---|---|",
+    ]
+    for phase in r["phases"]:
+        lines.append(
+            f"| {PHASE_NAMES.get(phase, phase)} | {_fmt(base[phase])} | {_fmt(cur[phase])} | {_fmt(ratio.get(phase, float('nan')))} |"
+        )
+    val = r.get("validation")
+    lines += [
+        "",
+        f"Validation: one held-out evaluation (the config's episodes and temperatures), mean of {val['evaluations']} in the last pair; "
+        "not part of an iteration's time."
+        if val
+        else "Validation not timed (`--no-validation`).",
+        f"Rollout tokens/s: before {base['tokens_per_s']:.0f}, now {cur['tokens_per_s']:.0f}. "
+        f"Peak memory of a training run: before {r['peak_rss_mib']['baseline']:.0f} MiB, now {r['peak_rss_mib']['current']:.0f} MiB.",
+    ]
+    lines += ["", "| roofline (1 thread) | GFLOP/s | fraction |", "|---|---|---|"]
+    lines += [f"| `torch.matmul` {k} | {v:.1f} | |" for k, v in r["matmul_probe_gflops"].items()]
+    for phase, info in r["achieved"].items():
+        lines.append(f"| {phase}: {info['how']} | {info['gflops']:.1f} | **{info['fraction']:.0%}** of {info['of']} |")
+    return lines
+
+
+def proxy_lines(r: dict[str, Any]) -> list[str]:
+    lines = [
+        f"MI proxy on one P={r['P']} x G={r['G']} batch ({r['repeats']} repeats, medians): both samplers "
+        f"{r['proxy_s']:.2f} s, {r['proxy_over_iteration']:.1%} of an iteration, "
+        f"{r['cost_at_compute_freq']:.1%} at `compute_freq={r['compute_freq']}`.",
+    ]
+    if r.get("naive_s") is not None:
+        lines += [
+            "",
+            "| cross-scoring | seconds |",
+            "|---|---|",
+            f"| cached (prompt KV computed once) | {r['cached_s']:.3f} |",
+            f"| naive (every context + trace pair) | {r['naive_s']:.3f} |",
+            f"| speedup | **{r['speedup']:.2f}x** |",
+            f"| ideal (|X| + |Z|) / |Z| (mean |X| {r['mean_context_len']:.0f}, |Z| {r['mean_trace_len']:.0f}) | {r['ideal']:.2f}x |",
+            f"| ideal counting one context forward per prompt | {r['ideal_with_prefill']:.2f}x |",
+            f"| max abs difference of the two matrices | {r['max_abs_diff']:.1e} |",
+        ]
+    return lines
+
+
+def filter_lines(r: dict[str, Any]) -> list[str]:
+    lines = [
+        f"Update time on one P={r['P']} x G={r['G']} batch by rho (`top_p` on reward variance, {r['repeats']} interleaved repeats, medians):",
+        "",
+        "| rho | groups kept | update (s) | / rho=1 |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {row['rho']:g} | {row['kept']} of {r['P']} | {row['median_s']:.3f} | {row['ratio']:.2f} |" for row in r["rows"]]
+    return lines
+
+
+def rollout_lines(r: dict[str, Any]) -> list[str]:
+    lines = [f"Rollout P={r['P']} x G={r['G']}: {r['rollout_s']:.2f} s, {r['tokens_per_s']:.0f} generated tokens/s."]
+    if r.get("kv_reuse"):
+        kv = r["kv_reuse"]
+        lines.append(
+            f"KV cache kept across turns: {kv['reused_s']:.2f} s vs re-encoding {kv['full_s']:.2f} s "
+            f"(ratio {kv['ratio']:.2f}, {kv['pairs']} pairs; same tokens: {kv['same_tokens']})."
+        )
+    lines += ["", "| warm-start success | T | rate | 95% CI | n |", "|---|---|---|---|---|"]
+    lines += [
+        f"| {row['label']} | {row['temperature']:g} | {row['rate']:.3f} | [{row['ci'][0]:.3f}, {row['ci'][1]:.3f}] | {row['n']} |"
+        for row in r["success"]
+    ]
+    return lines
+
+
+def trl_lines(r: dict[str, Any]) -> list[str]:
+    s = r["settings"]
+    lines = [
+        f"Ours vs TRL's `GRPOTrainer` (P={s['P']} x G={s['G']}, {s['max_new_tokens']} new tokens, {s['threads']} threads, "
+        f"MI proxy every step on ours, {s['pairs_run']} alternating pair(s)):",
+        "",
+        "| vocabulary | ours (s) | TRL (s) | ours / TRL | goal <= 0.8 |",
+        "|---|---|---|---|---|",
+    ]
+    for name, v in r["summary"].items():
+        lines.append(
+            f"| {v['vocab']} ({name}) | {v['ours_s']['step']:.2f} | {v['trl_s']['step']:.2f} | **{v['ratio_ours_over_trl']:.2f}** | "
+            f"{'met' if v['goal_0_8_met'] else 'not met'} |"
+        )
+    return lines
+
+
+def scaling_lines(r: dict[str, Any]) -> list[str]:
+    rows = r["rows"]
+    base = rows["base"]
+    lines = ["| row | turns | step (s) | step / base | MI proxy / base | peak RSS (MiB) |", "|---|---|---|---|---|---|"]
+    for name, row in rows.items():
+        lines.append(
+            f"| {name} | {row['turns']:.2f} | {row['step']:.2f} | {row['step'] / base['step']:.2f} | "
+            f"{row['proxy_step'] / base['proxy_step']:.2f} | {row['peak_mib']:.0f} |"
+        )
+    return lines
+
+
+RENDER = {
+    "iteration": ("Iteration: phases, tokens/s, roofline, peak memory", iteration_lines),
+    "proxy": ("MI proxy: cached vs naive cross-scoring", proxy_lines),
+    "filter": ("SNR-aware filtering: update time by rho", filter_lines),
+    "rollout": ("Rollout and warm start", rollout_lines),
+    "trl": ("Against TRL", trl_lines),
+    "scaling": ("Scaling (`make bench-scaling`)", scaling_lines),
+}
+
+
+def load(results: Path, name: str) -> dict[str, Any] | None:
+    path = results / f"{name}.json"
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--results", default=str(RESULTS), help="folder of the <name>.json files; latest.json and latest.md go there too")
+    args = ap.parse_args()
+    results = Path(args.results)
+    parts = {name: load(results, name) for name in PARTS}
+    head = commit()
+    lines = [f"# Benchmarks: the latest result of each (report written at {head})", ""]
+    summary: dict[str, Any] = {"report_commit": head, "parts": {}}
+    for name, (title, render) in RENDER.items():
+        part = parts[name]
+        lines += [f"## {title}", ""]
+        if part is None:
+            lines += [f"Not measured here yet: `{PARTS[name]}`.", ""]
+            continue
+        when = part.get("measured_at") or part.get("settings", {}).get("measured_at", "unknown date")
+        where = part.get("commit") or part.get("settings", {}).get("commit", "unknown commit")
+        stale = "" if where == head else f" (**not this commit**: re-run `{PARTS[name]}` to refresh)"
+        lines += [f"Measured {when} at `{where}`{stale}.", ""]
+        try:
+            lines += [*render(part), ""]
+        except (KeyError, TypeError) as exc:  # a result written by an older version of its script
+            lines += [f"Could not read `{name}.json` ({type(exc).__name__}: {exc}); re-run `{PARTS[name]}`.", ""]
+        summary["parts"][name] = part
+    summary["headline"] = headline(summary["parts"])
+    (results / "latest.json").write_text(json.dumps(summary, indent=2, default=str))
+    (results / "latest.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    print(f"wrote {results / 'latest.json'} and {results / 'latest.md'}")
+
+
+if __name__ == "__main__":
+    main()
