@@ -66,7 +66,7 @@ base-model: $(STAMP) ## force a rebuild of the tiny warm-started policy for ENV
 bench: $(STAMP) ## the quick benchmarks (~9 min on 2 cores), then benchmarks/results/latest.{json,md} with every part's newest result (TRL, scaling, learning: own targets)
 	$(BIN)/python benchmarks/bench_iteration.py $(ARGS)
 	$(BIN)/python benchmarks/bench_rollout.py --episodes 64 --slips 0 --repeats 2 env=frozenlake
-	$(BIN)/python benchmarks/bench_filter.py
+	$(BIN)/python benchmarks/bench_filter.py --repeats 2
 	$(BIN)/python benchmarks/bench_proxy.py --repeats 2
 	$(BIN)/python benchmarks/bench_report.py
 

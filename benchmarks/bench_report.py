@@ -36,14 +36,26 @@ PARTS = {
 }
 
 
+CODE = ("src", "benchmarks", ":(exclude)benchmarks/results")  # what a measurement depends on (results/ is its output)
+
+
 def commit() -> str:
-    """Short hash of HEAD, with ``+dirty`` when tracked files under src/ or benchmarks/ differ from it."""
+    """Short hash of HEAD, with ``+dirty`` when tracked files under src/ or benchmarks/ (but results/) differ from it."""
 
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", "src", "benchmarks") else "")
+    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", *CODE) else "")
+
+
+def code_changed_since(measured_at: str) -> bool:
+    """Whether src/ or benchmarks/ differ between the commit a result was measured at and the working tree
+    (unknown commits and ``+dirty`` measurements count as changed)."""
+    if measured_at.endswith("+dirty") or measured_at == "unknown":
+        return True
+    diff = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", measured_at, "--", *CODE], capture_output=True)
+    return diff.returncode != 0
 
 
 def peak_rss_mib() -> float:
@@ -122,7 +134,11 @@ def iteration_lines(r: dict[str, Any]) -> list[str]:
         f"Rollout tokens/s: before {base['tokens_per_s']:.0f}, now {cur['tokens_per_s']:.0f}. "
         f"Peak memory of a training run: before {r['peak_rss_mib']['baseline']:.0f} MiB, now {r['peak_rss_mib']['current']:.0f} MiB.",
     ]
-    lines += ["", "| roofline (1 thread) | GFLOP/s | fraction |", "|---|---|---|"]
+    lines += [
+        "",
+        "| roofline (1 thread; each shape the best of a probe before and one after the runs) | GFLOP/s | fraction |",
+        "|---|---|---|",
+    ]
     lines += [f"| `torch.matmul` {k} | {v:.1f} | |" for k, v in r["matmul_probe_gflops"].items()]
     for phase, info in r["achieved"].items():
         lines.append(f"| {phase}: {info['how']} | {info['gflops']:.1f} | **{info['fraction']:.0%}** of {info['of']} |")
@@ -242,8 +258,8 @@ def main() -> None:
             lines += [f"Not measured here yet: `{PARTS[name]}`.", ""]
             continue
         when = part.get("measured_at") or part.get("settings", {}).get("measured_at", "unknown date")
-        where = part.get("commit") or part.get("settings", {}).get("commit", "unknown commit")
-        stale = "" if where == head else f" (**not this commit**: re-run `{PARTS[name]}` to refresh)"
+        where = part.get("commit") or part.get("settings", {}).get("commit", "unknown")
+        stale = f" (the code has changed since: re-run `{PARTS[name]}` to refresh)" if code_changed_since(where) else ""
         lines += [f"Measured {when} at `{where}`{stale}.", ""]
         try:
             lines += [*render(part), ""]
