@@ -1,0 +1,57 @@
+"""benchmarks/bench_report.py (`make bench`'s last step) folds each benchmark's saved result into one report."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def bench_report():
+    spec = importlib.util.spec_from_file_location("bench_report", ROOT / "benchmarks" / "bench_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def filter_result() -> dict:
+    rows = [{"rho": 1.0, "kept": 8, "median_s": 6.0, "ratio": 1.0}, {"rho": 0.6, "kept": 3, "median_s": 3.0, "ratio": 0.5}]
+    return {"P": 8, "G": 16, "repeats": 2, "rows": rows}
+
+
+def test_saved_results_carry_their_provenance(bench_report, tmp_path):
+    path = bench_report.save_result("filter", filter_result(), tmp_path)
+    record = json.loads(path.read_text())
+    assert path == tmp_path / "filter.json"
+    assert record["commit"] and record["measured_at"] and record["peak_rss_mib"] > 0
+    assert record["rows"] == filter_result()["rows"]
+
+
+def test_report_renders_what_exists_and_names_the_command_for_the_rest(bench_report, tmp_path, monkeypatch, capsys):
+    bench_report.save_result("filter", filter_result(), tmp_path)
+    (tmp_path / "proxy.json").write_text("{not json")  # a half-written file reads as not measured
+    monkeypatch.setattr(sys, "argv", ["bench_report.py", "--results", str(tmp_path)])
+    bench_report.main()
+    report = (tmp_path / "latest.md").read_text()
+    assert "| 0.6 | 3 of 8 | 3.000 | 0.50 |" in report
+    for name in ("iteration", "proxy", "rollout", "trl", "scaling"):
+        assert f"`{bench_report.PARTS[name]}`" in report, name
+    summary = json.loads((tmp_path / "latest.json").read_text())
+    assert summary["headline"]["update_time_by_rho"] == {"1.0": 6.0, "0.6": 3.0}
+    assert summary["headline"]["ours_over_trl"] is None
+    assert set(summary["parts"]) == {"filter"}
+
+
+def test_a_result_from_an_older_script_is_reported_not_raised(bench_report, tmp_path, monkeypatch):
+    (tmp_path / "filter.json").write_text(json.dumps({"commit": "unknown", "measured_at": "then", "P": 8}))
+    monkeypatch.setattr(sys, "argv", ["bench_report.py", "--results", str(tmp_path)])
+    bench_report.main()
+    report = (tmp_path / "latest.md").read_text()
+    assert "Could not read `filter.json`" in report and "re-run `make bench-filter`" in report
+    assert "the code has changed since" in report  # an unknown commit is never taken as current
