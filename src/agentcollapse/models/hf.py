@@ -19,6 +19,7 @@ __all__ = [
     "cache_kwarg",
     "eval_no_grad",
     "forward_params",
+    "growing_cache",
     "layer_tensors",
     "model_device",
     "output_cache",
@@ -84,6 +85,81 @@ def layer_tensors(cache: Any) -> KVLayers:
     if hasattr(cache, "key_cache"):  # pragma: no cover - older DynamicCache
         return list(zip(cache.key_cache, cache.value_cache))
     return [(k, v) for k, v, *_ in cache]  # pragma: no cover - legacy tuples
+
+
+def _growing_layer_class() -> type:
+    """``DynamicLayer`` with its keys/values in buffers that have room to grow (built lazily: transformers
+    is imported only when a cache is made)."""
+    from transformers.cache_utils import DynamicLayer
+
+    class GrowingLayer(DynamicLayer):
+        """Appends by writing into spare room instead of ``torch.cat``, which copies the whole cache at
+        every decoded token (measured: a quarter of the tiny policy's rollout). ``keys``/``values`` are
+        views of the first ``length`` positions of the buffers; the same values as ``DynamicLayer``'s.
+        Whoever replaces ``keys``/``values`` (crop, ``cache_from_layers``) just makes the next update
+        adopt the new tensors into fresh buffers."""
+
+        def __init__(self, room: int) -> None:
+            super().__init__()
+            self.room = room  # positions reserved past each growth
+            self._bufs: tuple[torch.Tensor, torch.Tensor] | None = None
+
+        def _owns(self) -> bool:
+            if self._bufs is None or self.keys is None or self.keys.dim() != 4:
+                return False
+            k, _ = self._bufs
+            return self.keys.data_ptr() == k.data_ptr() and self.keys.shape[0] == k.shape[0]
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            old = self.get_seq_length() if self.keys is not None and self.keys.dim() == 4 else 0
+            need = old + key_states.shape[-2]
+            if not self._owns() or self._bufs[0].shape[-2] < need:
+                shape = (*key_states.shape[:2], need + self.room, key_states.shape[-1])
+                bufs = (key_states.new_empty(shape), value_states.new_empty(shape))
+                if old:
+                    bufs[0][:, :, :old] = self.keys
+                    bufs[1][:, :, :old] = self.values
+                self._bufs = bufs
+            k, v = self._bufs
+            k[:, :, old:need] = key_states
+            v[:, :, old:need] = value_states
+            self.keys, self.values = k[:, :, :need], v[:, :, :need]
+            return self.keys, self.values
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            if self._owns():  # select rows of the buffers (one copy, as DynamicLayer's), room kept
+                n = self.keys.shape[-2]
+                self._bufs = (self._bufs[0][indices], self._bufs[1][indices])
+                self.keys, self.values = self._bufs[0][:, :, :n], self._bufs[1][:, :, :n]
+            else:
+                super().batch_select_indices(indices)
+
+    return GrowingLayer
+
+
+def growing_cache(config: Any, room: int, layers: KVLayers | None = None) -> Any:
+    """A DynamicCache for decoding: each layer keeps ``room`` spare positions so that appending a token
+    writes in place (``GrowingLayer``), optionally starting from ``layers`` (not copied until the first
+    append). Falls back to :func:`cache_from_layers`' plain cache where this transformers version lays
+    the cache out differently (sliding windows, older versions)."""
+    from transformers import DynamicCache
+
+    try:
+        cache = DynamicCache(config=config)
+        if config is None or any(type(layer).__name__ != "DynamicLayer" for layer in cache.layers):
+            raise TypeError
+        if layers is not None and len(cache.layers) != len(layers):
+            raise TypeError
+    except (TypeError, ValueError, AttributeError):
+        return cache_from_layers(layers, config) if layers is not None else None
+    grow = _growing_layer_class()
+    cache.layers = [grow(room) for _ in cache.layers]
+    for layer, (k, v) in zip(cache.layers, layers or []):
+        layer.lazy_initialization(k, v)
+        layer.keys, layer.values = k, v
+    return cache
 
 
 def cache_from_layers(layers: KVLayers, config: Any) -> Any:

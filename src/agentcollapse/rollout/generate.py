@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
-from agentcollapse.models.hf import base_model, cache_from_layers, cache_kwarg, forward_params, layer_tensors, output_cache
+from agentcollapse.models.hf import base_model, cache_kwarg, forward_params, growing_cache, layer_tensors, output_cache
 
 RowCache = list[tuple[torch.Tensor, torch.Tensor]]
 """One sequence's per-layer (keys, values), each ``[heads, len, head_dim]``."""
@@ -52,8 +52,9 @@ def gumbel_argmax(logits: torch.Tensor, temperatures: torch.Tensor, uniform: tor
     return choice
 
 
-def prefix_cache(prefixes: Sequence[RowCache | None], config: object) -> tuple[object, torch.Tensor]:
-    """The rows' prefixes as one left-padded cache and its attention mask ``[rows, width]``."""
+def prefix_cache(prefixes: Sequence[RowCache | None], config: object, room: int = 0) -> tuple[object, torch.Tensor]:
+    """The rows' prefixes as one left-padded cache (with ``room`` spare positions to decode into) and its
+    attention mask ``[rows, width]``."""
     lengths = [0 if p is None else int(p[0][0].shape[1]) for p in prefixes]
     width, ref = max(lengths), next(p for p in prefixes if p is not None)
     mask = torch.zeros((len(prefixes), width), dtype=torch.long, device=ref[0][0].device)
@@ -68,7 +69,7 @@ def prefix_cache(prefixes: Sequence[RowCache | None], config: object) -> tuple[o
     for row, n in enumerate(lengths):
         if n:
             mask[row, width - n :] = 1
-    return cache_from_layers(layers, config), mask
+    return growing_cache(config, room, layers), mask
 
 
 def row_caches(cache: object, attn: torch.Tensor, batch_rows: Sequence[int], lengths: Sequence[int]) -> list[RowCache]:
@@ -108,12 +109,15 @@ def generate(
     ids, attn = left_pad([list(p)[n:] for p, n in zip(prompts, done_before)], pad_id)
     ids, attn = ids.to(device), attn.to(device)
     positions = torch.as_tensor(done_before, device=device)[:, None] + (attn.cumsum(-1) - 1).clamp_min(0)
+    config = getattr(base_model(model), "config", None)
     if any(done_before):
-        past, past_mask = prefix_cache(prefixes, getattr(base_model(model), "config", None))
+        past, past_mask = prefix_cache(prefixes, config, room=max_new_tokens)
         attn = torch.cat([past_mask.to(device), attn], dim=1)
-        out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True, **{cache_arg: past})
     else:
-        out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True)
+        past = growing_cache(config, room=max_new_tokens)
+    # With a cache of room to grow, each decoded token is written in place, not concatenated.
+    cache = {cache_arg: past} if past is not None else {}
+    out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True, **cache)
     past, logits = output_cache(out), out.logits[:, -1, :]
     last_pos = positions[:, -1:]
     stop = torch.tensor(sorted(stop_ids), device=device)
