@@ -11,8 +11,8 @@ the median is printed with the kept groups and the time ratio against rho = 1.0.
 
 Groups are scored by ``reward_variance`` but kept with ``include_zero=True``: a random batch may have few
 groups with non-zero variance, and dropping the zero ones would make the kept set (and the timing) depend
-on that count instead of on rho; with include_zero=True rho=1 keeps every group and the batch never
-empties. Note that linear top_p still keeps only the groups needed to reach rho of the RV mass, so zero-RV
+on that count instead of on rho; with include_zero=True rho=1 keeps every group (a batch whose every
+RV is zero still keeps none below rho=1: training skips such an update). Note that linear top_p still keeps only the groups needed to reach rho of the RV mass, so zero-RV
 groups are kept only at rho=1 (``--top-p-mode softmax`` makes the kept fraction track rho more closely).
 Saves ``benchmarks/results/filter.json`` for ``bench_report.py``. Not a test: numbers go in issue notes.
 """
@@ -65,11 +65,13 @@ def main() -> None:
     )
     print(
         f"kept set: select_groups(reward_variance, 'top_p', rho, include_zero=True, top_p_mode={args.top_p_mode!r}) "
-        f"-- include_zero=True so rho=1 keeps every group and no rho empties the batch; algorithm={cfg.algorithm.name}"
+        f"-- include_zero=True so rho=1 keeps every group; algorithm={cfg.algorithm.name}"
     )
 
     if args.top_p_mode == "linear" and np.sum(scores > 1e-12) < P:
-        print("note: linear top_p keeps zero-RV groups only at rho=1; with every RV zero any rho<1 keeps exactly 1 group")
+        print(
+            "note: linear top_p keeps zero-RV groups only at rho=1; with every RV zero any rho<1 keeps none (training then skips the update)"
+        )
 
     snapshot = {n: p.detach().clone() for n, p in policy.model.named_parameters() if p.requires_grad}
 
