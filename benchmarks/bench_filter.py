@@ -12,8 +12,8 @@ the median is printed with the kept groups and the time ratio against rho = 1.0.
 Groups are scored by ``reward_variance`` but kept with ``include_zero=True``: a random batch may have few
 groups with non-zero variance, and dropping the zero ones would make the kept set (and the timing) depend
 on that count instead of on rho; with include_zero=True rho=1 keeps every group (a batch whose every
-RV is zero still keeps none below rho=1: training skips such an update). Note that linear top_p still keeps only the groups needed to reach rho of the RV mass, so zero-RV
-groups are kept only at rho=1 (``--top-p-mode softmax`` makes the kept fraction track rho more closely).
+RV is zero still keeps none below rho=1: training skips such an update). Note that linear top_p still
+keeps only the groups needed to reach rho of the RV mass, so zero-RV groups are kept only at rho=1 (``--top-p-mode softmax`` makes the kept fraction track rho more closely).
 Saves ``benchmarks/results/filter.json`` for ``bench_report.py``. Not a test: numbers go in issue notes.
 """
 
