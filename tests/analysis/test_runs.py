@@ -63,6 +63,18 @@ def test_several_sweeps_and_run_dirs_load_together(tmp_path):
     assert sorted(runset.runs["run_id"]) == ["s1/0", "s2/0"]
 
 
+def test_trials_of_two_sweeps_given_one_by_one_keep_distinct_names(tmp_path):
+    for sweep in ("s1", "s2"):
+        for trial in ("0", "1"):
+            write_run(tmp_path / sweep, trial, success=[0.5])
+    write_run(tmp_path / "elsewhere" / "s1", "0", success=[0.7])  # a second sweep named s1
+    dirs = [tmp_path / s / t for s in ("s1", "s2") for t in ("0", "1")] + [tmp_path / "elsewhere" / "s1" / "0"]
+    runset = _load(dirs)
+    assert len(runset) == 5 and runset.runs["run_id"].is_unique
+    assert {"s1/0", "s1/1", "s2/0", "s2/1"} < set(runset.runs["run_id"])
+    assert str(tmp_path / "elsewhere" / "s1" / "0") in set(runset.runs["run_id"])
+
+
 def test_undefined_mi_has_a_chance_column(sweep):
     runset = _load(sweep)
     babble = runset.runs.loc["8"]

@@ -360,6 +360,7 @@ def load_runs(
     hist: list[pd.DataFrame] = []
     skipped: list[dict[str, str]] = []
     seen: set[str] = set()
+    ids: set[str] = set()
     for source in sources:
         if not source.exists():
             skipped.append({"run_dir": str(source), "status": "missing", "reason": "no such directory"})
@@ -372,7 +373,9 @@ def load_runs(
             by_dir = {_resolve(r["trial_run_dir"]): r for r in trials.to_dict("records")}
         run_dirs = find_run_dirs(source)
         root = source if not _is_run_dir(source) else source.parent
-        prefix = source.name if len(sources) > 1 else ""
+        # With several sources a run is named by its sweep: "<sweep>/<trial>", whether the source was the
+        # sweep or the trial's own directory (two sweeps' trial 0 given one by one must not collide).
+        prefix = root.name if len(sources) > 1 else ""
         found_resolved = set()
         for run_dir in run_dirs:
             resolved = _resolve(run_dir)
@@ -390,6 +393,9 @@ def load_runs(
                 continue
             rel = run_dir.relative_to(root).as_posix() if run_dir != root else run_dir.name
             run_id = f"{prefix}/{rel}" if prefix else rel
+            if run_id in ids:  # same-named sweeps in different places: the path is unique
+                run_id = str(run_dir)
+            ids.add(run_id)
             row = {"run_id": run_id, "run_dir": str(run_dir), "source": str(source), **row}
             for k, v in trial.items():
                 if k != "trial_run_dir":
