@@ -63,11 +63,13 @@ smoke: $(STAMP) ## a two-iteration run that touches every stage
 base-model: $(STAMP) ## force a rebuild of the tiny warm-started policy for ENV
 	$(BIN)/agentcollapse base-model env=$(ENV) $(ARGS)
 
+# make bench measures every part at the iteration benchmark's size, which also keeps it under 10 minutes
+BENCH_SIZE := rollout.num_prompts=8 rollout.group_size=8
 bench: $(STAMP) ## the quick benchmarks (~9 min on 2 cores), then benchmarks/results/latest.{json,md} with every part's newest result (TRL, scaling, learning: own targets)
 	$(BIN)/python benchmarks/bench_iteration.py $(ARGS)
-	$(BIN)/python benchmarks/bench_rollout.py --episodes 64 --slips 0 --repeats 2 env=frozenlake
-	$(BIN)/python benchmarks/bench_filter.py --repeats 2
-	$(BIN)/python benchmarks/bench_proxy.py --repeats 2
+	$(BIN)/python benchmarks/bench_rollout.py --episodes 64 --slips 0 --repeats 2 env=frozenlake $(BENCH_SIZE)
+	$(BIN)/python benchmarks/bench_filter.py --repeats 2 $(BENCH_SIZE)
+	$(BIN)/python benchmarks/bench_proxy.py --repeats 2 $(BENCH_SIZE)
 	$(BIN)/python benchmarks/bench_report.py
 
 bench-report: $(STAMP) ## fold every benchmark's newest saved result into benchmarks/results/latest.{json,md} (runs nothing)
