@@ -66,8 +66,9 @@ def iteration_overrides(steps: int, threads: int) -> list[str]:
 
 
 def measured_train(src: Path, overrides: list[str], run_dir: Path, threads: int) -> tuple[Any, float]:
-    """(metrics.csv rows after step 0, peak resident memory in MiB) of one ``agentcollapse train`` of the
-    code under ``src``. Output goes to ``<run_dir>.log``, a pipe nobody reads could fill up and stall it."""
+    """(every metrics.csv row by step, step 0's evaluation included; peak resident memory in MiB) of one
+    ``agentcollapse train`` of the code under ``src``. Output goes to ``<run_dir>.log``, a pipe nobody
+    reads could fill up and stall it."""
     import pandas as pd
 
     env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": str(threads), "WANDB_MODE": "disabled"}
@@ -80,12 +81,13 @@ def measured_train(src: Path, overrides: list[str], run_dir: Path, threads: int)
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"run failed ({src}):\n{log.read_text()[-3000:]}")
     rows = pd.read_csv(run_dir / "metrics.csv")
-    return rows[rows["step"] >= 1].sort_values("step"), usage.ru_maxrss / 1024  # Linux: KiB
+    return rows.sort_values("step"), usage.ru_maxrss / 1024  # Linux: KiB
 
 
 def train_rows(src: Path, overrides: list[str], run_dir: Path, threads: int) -> Any:
     """The metrics.csv rows after step 0 of one ``agentcollapse train`` of the code under ``src``."""
-    return measured_train(src, overrides, run_dir, threads)[0]
+    rows = measured_train(src, overrides, run_dir, threads)[0]
+    return rows[rows["step"] >= 1]
 
 
 def matmul_probe(shapes: list[tuple[int, int, int]], threads: int, repeats: int = 20) -> dict[str, float]:
@@ -161,13 +163,11 @@ def main() -> None:
                 for name, src in (("baseline", base_tree / "src"), ("current", ROOT / "src")):
                     started = time.perf_counter()
                     run_dir = Path(tmp) / f"{name}-{rep}"
-                    rows, peak = measured_train(src, [*overrides, *extra], run_dir, args.threads)
+                    every, peak = measured_train(src, [*overrides, *extra], run_dir, args.threads)
+                    rows = every[every["step"] >= 1]
                     results[name].append(phase_lists(rows))
                     peaks[name].append(peak)
                     if validate:
-                        import pandas as pd
-
-                        every = pd.read_csv(run_dir / "metrics.csv")
                         val_s[name] += every["perf/val_time_s"].dropna().tolist()
                     if name == "current" and "perf/update_tokens" in rows:
                         tokens_per_pass += rows["perf/update_tokens"].dropna().tolist()[1:]
