@@ -3,7 +3,10 @@ tokenizer, real LoRA; only the sizes shrink)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -26,6 +29,14 @@ TINY_OVERRIDES = [
     "trainer=smoke",
     "logger=csv",
 ]
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as a module (benchmarks/ is not a package: its scripts run by path)."""
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")
