@@ -6,7 +6,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
+from agentcollapse.models.logprobs import CHUNK_ELEMENTS
 from agentcollapse.registry import Registry
 
 __all__ = [
@@ -159,8 +161,24 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     """Entropy -sum_v p_v log p_v of softmax(logits) over the last (vocabulary) axis.
 
     Computed from log_softmax (logsumexp-stable), so huge logits and -inf (banned) tokens give
-    finite values and finite gradients.
+    finite values and finite gradients. A chunk of positions at a time (``CHUNK_ELEMENTS``), each
+    under activation checkpointing when a gradient is needed: at a real vocabulary the softmax of a
+    whole batch would otherwise be kept for the backward (gigabytes).
     """
+    vocab = logits.shape[-1]
+    rows = max(1, CHUNK_ELEMENTS // max(1, vocab))
+    flat = logits.reshape(-1, vocab)
+    if flat.shape[0] <= rows:
+        return _dense_entropy(logits)
+    keep_graph = torch.is_grad_enabled() and logits.requires_grad
+    parts = [
+        checkpoint(_dense_entropy, flat[s : s + rows], use_reentrant=False) if keep_graph else _dense_entropy(flat[s : s + rows])
+        for s in range(0, flat.shape[0], rows)
+    ]
+    return torch.cat(parts).reshape(logits.shape[:-1])
+
+
+def _dense_entropy(logits: Tensor) -> Tensor:
     low_precision = logits.dtype in (torch.float16, torch.bfloat16)
     logp = torch.log_softmax(logits.float() if low_precision else logits, dim=-1)
     p = logp.exp()

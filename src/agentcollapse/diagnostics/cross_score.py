@@ -32,12 +32,10 @@ from agentcollapse.models.hf import (
     model_device,
     output_cache,
 )
+from agentcollapse.models.logprobs import token_logprobs
 
 __all__ = ["cross_score", "naive_cross_score"]
 
-# Elements of a [rows, T, V] float32 logits chunk processed at once when turning logits into
-# token log-probs (bounds the float32 copy for large vocabularies).
-_LOGPROB_CHUNK_ELEMS = 1 << 26
 # cross_score: a block of contexts holds about this many forwards' worth (x batch_size) of pairs.
 _PAIRS_PER_BLOCK = 8
 
@@ -45,18 +43,6 @@ _PAIRS_PER_BLOCK = 8
 # ----------------------------------------------------------------------------------------------
 # helpers
 # ----------------------------------------------------------------------------------------------
-
-
-def _token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """log_softmax(logits)[..., targets] in float32, chunked over the leading dim. logits [B, T, V]."""
-    b, t, v = logits.shape
-    rows = max(1, _LOGPROB_CHUNK_ELEMS // max(1, t * v))
-    out = []
-    for s in range(0, b, rows):
-        chunk = logits[s : s + rows].float()
-        tgt = targets[s : s + rows].unsqueeze(-1)
-        out.append((chunk.gather(-1, tgt) - torch.logsumexp(chunk, dim=-1, keepdim=True)).squeeze(-1))
-    return torch.cat(out, dim=0) if out else logits.new_zeros((0, t), dtype=torch.float32)
 
 
 def _check_contexts(contexts: Sequence[Sequence[int]]) -> None:
@@ -234,7 +220,7 @@ def cross_score(
                     attn = torch.cat([cmask.to(device), tmask], dim=1)
                     del layers
                 logits = model(input_ids=inp, attention_mask=attn, position_ids=pos, use_cache=True, **kwargs).logits
-                tok_lp = _token_logprobs(logits, tgt) * tweight.to(device)  # 0 on padding
+                tok_lp = token_logprobs(logits, tgt) * tweight.to(device)  # 0 on padding
                 del logits, kwargs
                 scores = tok_lp.sum(dim=1).cpu()
                 for j, (_, _, i, r) in enumerate(chunk):
@@ -274,7 +260,7 @@ def naive_cross_score(
                 n_ctx = len(ctx)
                 # logits at position p predict token p + 1: trace tokens use positions n_ctx-1 .. end-2
                 pred = logits[:, n_ctx - 1 : n_ctx - 1 + len(tr)]
-                tok_lp = _token_logprobs(pred, ids[:, n_ctx:])[0].cpu()
+                tok_lp = token_logprobs(pred, ids[:, n_ctx:])[0].cpu()
                 w = torch.ones(len(tr)) if token_weights is None else torch.tensor(token_weights[r], dtype=torch.float32)
                 result[r, c] = (tok_lp * w).sum()
     return result

@@ -7,7 +7,7 @@ so no second copy of the weights is held.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +26,29 @@ if TYPE_CHECKING:  # models sit below the config layer: configs are read, never 
 
 MODEL_NAMES = ("tiny", "smollm2-135m", "hf")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+ANSWER_CLOSE = "</answer>"  # a response ends here (METHOD.md section 3)
+
+
+@dataclass(frozen=True)
+class StopText:
+    """Stop decoding once the response's text contains ``text``, which a BPE tokenizer splits over
+    several tokens (``</``, ``answer``, ``>``). Only a token holding the text's last character can
+    complete it (``trigger_ids``), so the tail is decoded only after one of those."""
+
+    text: str
+    trigger_ids: frozenset[int]
+    decode: Callable[[list[int]], str]
+
+    def hit(self, ids: Sequence[int]) -> bool:
+        # every token decodes to at least one character, so the last len(text) tokens cover it
+        return self.text in self.decode(list(ids[-len(self.text) :]))
+
+    @staticmethod
+    def for_tokenizer(tokenizer: Any, text: str) -> StopText:
+        pieces = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+        last = text[-1]
+        trigger = frozenset(i for i, piece in enumerate(pieces) if piece and last in piece)
+        return StopText(text, trigger, lambda ids: tokenizer.decode(ids, skip_special_tokens=False))
 
 
 @dataclass
@@ -37,6 +60,7 @@ class Policy:
     fold_lora_for_decoding: bool = True  # decode with a copy whose adapters are folded in (FoldedLoRA)
     reuse_kv_across_turns: bool = True  # keep each trajectory's KV cache from turn to turn (rollout.reuse_kv)
     _folded: Any = field(default=None, init=False, repr=False, compare=False)
+    _stop_text: Any = field(default=None, init=False, repr=False, compare=False)
 
     def decoding_model(self) -> torch.nn.Module:
         """The model rollouts decode with: the policy itself, or its folded-LoRA copy brought up to date."""
@@ -47,16 +71,31 @@ class Policy:
             return self._folded.model
         return self._folded.refresh()
 
+    def _answer_close_id(self) -> int | None:
+        close = self.tokenizer.convert_tokens_to_ids(ANSWER_CLOSE)
+        return close if isinstance(close, int) and close != self.tokenizer.unk_token_id else None
+
     @property
     def stop_ids(self) -> set[int]:
-        ids = {int(self.tokenizer.eos_token_id)}
-        close = self.tokenizer.convert_tokens_to_ids("</answer>")
-        if isinstance(close, int) and close != self.tokenizer.unk_token_id:
-            ids.add(close)
-        return ids
+        """EOS, and ``</answer>`` where it is one token (the tiny tokenizer)."""
+        close = self._answer_close_id()
+        return {int(self.tokenizer.eos_token_id)} | ({close} if close is not None else set())
 
-    def decode(self, ids: Sequence[int]) -> str:
+    @property
+    def stop_text(self) -> StopText | None:
+        """``</answer>`` as text, where the tokenizer splits it over several tokens (BPE)."""
+        if self._answer_close_id() is not None:
+            return None
+        if self._stop_text is None:
+            self._stop_text = StopText.for_tokenizer(self.tokenizer, ANSWER_CLOSE)
+        return self._stop_text
+
+    def response_text(self, ids: Sequence[int]) -> str:
+        """The response's text, cut after its first ``</answer>`` (a BPE token may run past it), without EOS/padding."""
         text = self.tokenizer.decode(list(ids), skip_special_tokens=False)
+        end = text.find(ANSWER_CLOSE)
+        if end >= 0:
+            text = text[: end + len(ANSWER_CLOSE)]
         for tok in (self.tokenizer.eos_token, self.tokenizer.pad_token):
             if tok:
                 text = text.replace(tok, "")
@@ -132,4 +171,14 @@ def is_peft(model: torch.nn.Module) -> bool:
     return isinstance(model, PeftModel)
 
 
-__all__ = ["DTYPES", "Policy", "load_policy", "resolve_model_dir", "check_causal_lm_dir", "hf_path_message", "MODEL_NAMES"]
+__all__ = [
+    "ANSWER_CLOSE",
+    "DTYPES",
+    "Policy",
+    "StopText",
+    "load_policy",
+    "resolve_model_dir",
+    "check_causal_lm_dir",
+    "hf_path_message",
+    "MODEL_NAMES",
+]

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from agentcollapse.models.hf import base_model, cache_kwarg, forward_params, growing_cache, layer_tensors, output_cache
+from agentcollapse.models.policy import StopText
 
 RowCache = list[tuple[torch.Tensor, torch.Tensor]]
 """One sequence's per-layer (keys, values), each ``[heads, len, head_dim]``."""
@@ -93,9 +94,11 @@ def generate(
     pad_id: int,
     prefixes: Sequence[RowCache | None] | None = None,
     keep_cache: bool = False,
+    stop_text: StopText | None = None,
 ) -> tuple[list[list[int]], list[RowCache | None]]:
-    """Continue every prompt until a stop token (kept) or ``max_new_tokens``; returns the new tokens
-    and, with ``keep_cache``, each row's cache of its prompt + new tokens but the last (else None).
+    """Continue every prompt until a stop token (kept), the ``stop_text`` (its last token kept) or
+    ``max_new_tokens``; returns the new tokens and, with ``keep_cache``, each row's cache of its
+    prompt + new tokens but the last (else None).
 
     ``temperature`` is one for all rows or one per row (0 = greedy), so several evaluation
     temperatures decode in one batch. ``prefixes[i]``, where given, holds the keys/values of
@@ -162,6 +165,8 @@ def generate(
         choice = gumbel_argmax(logits[live.to(device)], temps[active].to(logits.device), uniform)
         for r, token in zip(active.tolist(), choice.tolist()):
             generated[r].append(token)
+            if stop_text is not None and token in stop_text.trigger_ids and stop_text.hit(generated[r]):
+                finished[r] = True
         finished[active] |= torch.isin(choice, stop).cpu()
         if bool(finished.all()):
             break

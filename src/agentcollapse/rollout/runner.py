@@ -9,13 +9,7 @@ import torch
 
 from agentcollapse.envs import TextEnv
 from agentcollapse.envs.parsing import parse_response
-from agentcollapse.models.context import (
-    assistant_message,
-    encode,
-    first_user_message,
-    next_user_message,
-    render_context,
-)
+from agentcollapse.models.context import first_context_ids, next_context_ids, next_user_message
 from agentcollapse.models.policy import Policy
 from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
 from agentcollapse.rollout.generate import RowCache, generate
@@ -49,14 +43,16 @@ def collect_rollouts(
         raise ValueError(f"{len(per_seed)} temperatures for {len(env_seeds)} env seeds")
     tok = policy.tokenizer
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    # live: (trajectory index, env, this turn's context ids, its user message, random stream)
     trajectories, live, temps = [], [], []  # temps: one per trajectory
     for p, seed in enumerate(env_seeds):
         for _ in range(group_size):
             env = make_env()
             obs = env.reset(int(seed))
-            messages = [{"role": "system", "content": env.system_prompt}, {"role": "user", "content": first_user_message(obs)}]
+            context, messages = first_context_ids(tok, env.system_prompt, obs)
             traj = Trajectory(group=p, env_seed=int(seed))
-            live.append((len(trajectories), env, messages, trajectory_generator(sample_seed, stream_offset + len(trajectories))))
+            generator = trajectory_generator(sample_seed, stream_offset + len(trajectories))
+            live.append((len(trajectories), env, context, messages[-1]["content"], generator))
             temps.append(per_seed[p])
             trajectories.append(traj)
     generated_tokens = 0
@@ -69,7 +65,7 @@ def collect_rollouts(
     cached: dict[int, tuple[list[int], RowCache]] = {}
     try:
         while live:
-            contexts = [encode(tok, render_context(tok, messages)) for _, _, messages, _ in live]
+            contexts = [context for _, _, context, _, _ in live]
             prefixes = [reusable_prefix(cached.get(index), ids) for (index, *_), ids in zip(live, contexts)]
             responses: list[list[int]] = []
             caches: list[RowCache | None] = []
@@ -83,6 +79,7 @@ def collect_rollouts(
                     max_new_tokens,
                     policy.stop_ids,
                     pad_id,
+                    stop_text=policy.stop_text,
                     prefixes=prefixes[chunk] if reuse else None,
                     keep_cache=reuse,
                 )
@@ -90,9 +87,9 @@ def collect_rollouts(
                 caches += new_caches
             cached.clear()
             still_live = []
-            for (index, env, messages, gen), context_ids, response_ids, cache in zip(live, contexts, responses, caches):
+            for (index, env, context_ids, user_content, gen), response_ids, cache in zip(live, responses, caches):
                 generated_tokens += len(response_ids)
-                text = policy.decode(response_ids)
+                text = policy.response_text(response_ids)
                 parsed = parse_response(text)
                 grounding = env.grounding(parsed.think) if parsed.think else None  # before the state moves
                 obs, reward, done, info = env.step(parsed.answer if parsed.format_valid else "")
@@ -108,16 +105,13 @@ def collect_rollouts(
                         action_is_valid=bool(info["action_is_valid"]),
                         reward=reward,
                         grounding=grounding,
-                        observation=messages[-1]["content"],
+                        observation=user_content,
                     )
                 )
                 traj.success = bool(info["success"])
                 if not done:
-                    messages = messages + [
-                        {"role": "assistant", "content": assistant_message(text)},
-                        {"role": "user", "content": next_user_message(env.turn + 1, reward, obs)},
-                    ]
-                    still_live.append((index, env, messages, gen))
+                    user_next = next_user_message(env.turn + 1, reward, obs)
+                    still_live.append((index, env, next_context_ids(tok, context_ids, list(response_ids), user_next), user_next, gen))
                     if cache is not None:
                         cached[index] = (context_ids + list(response_ids[:-1]), cache)
             live = still_live
@@ -130,8 +124,8 @@ def collect_rollouts(
 
 def reusable_prefix(cached: tuple[list[int], RowCache] | None, context_ids: list[int]) -> RowCache | None:
     """The part of a trajectory's cache that the new context begins with (at least its last token
-    is left to encode, for the logits); None when nothing matches. A real tokenizer may re-tokenise
-    the response inside the next context, so the match is checked token by token."""
+    is left to encode, for the logits); None when nothing matches. Contexts extend each other token
+    for token (``models.context``), so this is the whole cache; the match is still checked."""
     if cached is None:
         return None
     ids, cache = cached

@@ -1,8 +1,8 @@
 """Turn a rollout batch into padded training sequences with masks over the policy's own tokens.
 
-A trajectory becomes one sequence (its last context plus last response) when every turn's context is a
-prefix of the next one, as with the tiny tokenizer; otherwise it is split where that breaks (a real
-tokenizer may re-tokenise a response differently inside the next context).
+A trajectory is one sequence: its last context plus last response. Each turn's context extends the
+previous context and response token for token (``models.context``: token in, token out), so the
+sequence holds exactly the tokens the policy read and sampled.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
+from agentcollapse.models.logprobs import token_logprobs
 from agentcollapse.rollout.batch import RolloutBatch
 
 
@@ -23,17 +24,17 @@ class Sequences:
 
 
 def build_sequences(batch: RolloutBatch) -> Sequences:
+    """One sequence per trajectory (with at least one turn), in batch order."""
     out = Sequences([], [], [], [])
     for index, traj in enumerate(batch.trajectories):
         ids: list[int] = []
         mask: list[int] = []
-        for turn in traj.turns:
-            if ids and turn.context_ids[: len(ids)] != ids:
-                out.input_ids.append(ids)
-                out.loss_mask.append(mask)
-                out.traj_index.append(index)
-                out.is_last.append(False)
-                ids, mask = [], []
+        for k, turn in enumerate(traj.turns):
+            if turn.context_ids[: len(ids)] != ids:
+                raise ValueError(
+                    f"trajectory {index}: turn {k + 1}'s context does not extend the previous context and response; "
+                    "build contexts with models.context.next_context_ids"
+                )
             new_context = turn.context_ids[len(ids) :]
             ids = ids + new_context + turn.response_ids
             mask = mask + [0] * len(new_context) + [1] * len(turn.response_ids)
@@ -74,5 +75,4 @@ def collate(seqs: Sequences, indices: list[int], pad_id: int, device: torch.devi
 def gather_logprobs(logits: torch.Tensor, input_ids: torch.Tensor, logits_from: int = 0) -> torch.Tensor:
     """log p(token_{t+1} | prefix) at positions ``logits_from ..``: ``logits`` [B, T - logits_from, V]
     holds those positions only, the result is [B, T - 1 - logits_from]."""
-    logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    return logp.gather(-1, input_ids[:, logits_from + 1 :, None]).squeeze(-1)
+    return token_logprobs(logits[:, :-1], input_ids[:, logits_from + 1 :])
