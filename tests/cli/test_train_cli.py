@@ -74,14 +74,14 @@ def steps_logged(run_dir: Path) -> int:
     return sum(1 for line in lines[1:] if line and not line.startswith("0,"))  # training steps, not the step-0 validation
 
 
-def start_and_wait(run_dir: Path, cache_dir: str, min_steps: int, timeout: float = 240) -> subprocess.Popen:
+def start_and_wait(run_dir: Path, cache_dir: str, min_steps: int, *extra: str, timeout: float = 240) -> subprocess.Popen:
     """Start a run and return once it has logged ``min_steps`` training steps and written a checkpoint.
 
     Its stdout and stderr go to files next to the run dir (a pipe nobody reads could fill up and stall it).
     """
     out = (run_dir.parent / "stdout.txt").open("w")
     err = (run_dir.parent / "stderr.txt").open("w")
-    proc = subprocess.Popen(train_cmd(run_dir, cache_dir), cwd=run_dir.parent, env=cli_env(), stdout=out, stderr=err)
+    proc = subprocess.Popen(train_cmd(run_dir, cache_dir, *extra), cwd=run_dir.parent, env=cli_env(), stdout=out, stderr=err)
     out.close()
     err.close()
     deadline = time.monotonic() + timeout

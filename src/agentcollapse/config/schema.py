@@ -90,8 +90,10 @@ class EnvConfig:
 
 @dataclass
 class WarmStartConfig:
-    """Supervised warm start of the tiny policy on planner demonstrations (cached by content)."""
+    """Supervised warm start on planner demonstrations (cached by content): the tiny policy's whole
+    training, or, with ``enabled``, LoRA fine-tuning of a pretrained model merged into its weights."""
 
+    enabled: bool = opt(False, help="pretrained models: fine-tune on the env's demonstrations before RL (the tiny model always is)")
     episodes: int = opt(4000, help="planner-played demonstration episodes")
     # Many small steps: copying facts from the observation emerges after ~300-400 steps of batch 8
     # (measured: held-out position-copy accuracy 0.30 at step 100, 1.00 at step 400).
@@ -150,7 +152,7 @@ class ModelConfig:
     num_heads: int = opt(4, help="tiny model: attention heads")
     intermediate_size: int = opt(384, help="tiny model: MLP width")
     dtype: str = opt("float32", help="weights dtype: float32 | bfloat16 | float16")
-    warm_start: WarmStartConfig = opt(factory=WarmStartConfig, help="tiny model: its supervised warm start")
+    warm_start: WarmStartConfig = opt(factory=WarmStartConfig, help="supervised warm start (tiny: always; others: when enabled)")
     lora: LoraConfig = opt(factory=LoraConfig, help="LoRA adapter settings")
 
     def validate(self) -> None:
@@ -158,6 +160,8 @@ class ModelConfig:
 
         _one_of("model.dtype", self.dtype, tuple(DTYPES))
         self.lora.validate()
+        if self.name == "tiny" or self.warm_start.enabled:
+            self.warm_start.validate()
         if self.path:
             check_causal_lm_dir(self.path, self.hub_id)
             return
@@ -169,7 +173,6 @@ class ModelConfig:
                 _at_least(f"model.{key}", getattr(self, key), 1)
             if self.hidden_size % self.num_heads:
                 raise UserError(f"model.hidden_size={self.hidden_size} must be a multiple of model.num_heads={self.num_heads}")
-            self.warm_start.validate()
 
 
 @dataclass

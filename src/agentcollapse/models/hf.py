@@ -23,6 +23,7 @@ __all__ = [
     "layer_tensors",
     "model_device",
     "output_cache",
+    "quiet_loading",
 ]
 
 KVLayers = list[tuple[torch.Tensor, torch.Tensor]]
@@ -76,6 +77,32 @@ def eval_no_grad(model: torch.nn.Module) -> Iterator[None]:
     finally:
         for m, was_training in flags:
             m.training = was_training
+
+
+@contextmanager
+def quiet_loading() -> Iterator[None]:
+    """No progress bars while loading, converting or saving weights: transformers' own bars, and the
+    plain tqdm its GGUF reader imports (which ignores transformers' switch). Runs print their own progress."""
+    import functools
+
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_utils
+    except ImportError:  # pragma: no cover - no GGUF support in this transformers
+        gguf_utils = None
+    gguf_tqdm = getattr(gguf_utils, "tqdm", None)
+    if gguf_tqdm is not None:
+        gguf_utils.tqdm = functools.partial(gguf_tqdm, disable=True)
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+        if gguf_tqdm is not None:
+            gguf_utils.tqdm = gguf_tqdm
 
 
 def layer_tensors(cache: Any) -> KVLayers:

@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from peft import LoraConfig as PeftLoraConfig
-from peft import PeftModel, get_peft_model
+from peft import PeftModel
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from agentcollapse.errors import UserError
-from agentcollapse.models.hf import FoldedLoRA
+from agentcollapse.models.context import after_response_text
+from agentcollapse.models.hf import FoldedLoRA, quiet_loading
+from agentcollapse.models.lora import add_lora
 from agentcollapse.models.tiny import build_tiny_policy, load_tokenizer
+from agentcollapse.models.warm_start import warm_started_dir
 
 if TYPE_CHECKING:  # models sit below the config layer: configs are read, never imported
     from agentcollapse.config import EnvConfig, ModelConfig
@@ -103,11 +105,21 @@ class Policy:
 
 
 def resolve_model_dir(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.PathLike) -> Path:
-    """The local directory of the base model, building or converting it first when needed."""
+    """The local directory of the policy RL starts from: the tiny model built here, or a pretrained
+    model (converted first where needed), warm-started on the env when ``model.warm_start.enabled``."""
+    if model_cfg.name == "tiny" and not model_cfg.path:
+        return build_tiny_policy(model_cfg, env_cfg, cache_dir)
+    base = pretrained_dir(model_cfg, cache_dir)
+    check_tokenizer(base)
+    if not model_cfg.warm_start.enabled:
+        return base
+    return warm_started_dir(base, model_cfg, env_cfg, cache_dir)
+
+
+def pretrained_dir(model_cfg: ModelConfig, cache_dir: str | os.PathLike) -> Path:
+    """The pretrained model's own directory (``model.path``, or the converted SmolLM2)."""
     if model_cfg.path:
         return check_causal_lm_dir(model_cfg.path, model_cfg.hub_id)
-    if model_cfg.name == "tiny":
-        return build_tiny_policy(model_cfg, env_cfg, cache_dir)
     if model_cfg.name == "smollm2-135m":
         from agentcollapse.models.smollm2 import smollm2_dir
 
@@ -115,6 +127,28 @@ def resolve_model_dir(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str
     if model_cfg.name == "hf":
         raise UserError(hf_path_message(None, model_cfg.hub_id))
     raise UserError(f"unknown model {model_cfg.name!r}; valid models: {', '.join(MODEL_NAMES)} (or set model.path=<dir>)")
+
+
+def check_tokenizer(model_dir: Path) -> None:
+    """What rollouts need of a pretrained model's tokenizer: an EOS token and a chat template that
+    writes message contents verbatim (contexts are rendered with it)."""
+    try:
+        tokenizer = load_tokenizer(model_dir)
+    except (OSError, ValueError) as exc:
+        raise UserError(f"could not load a tokenizer from {model_dir}: {str(exc).splitlines()[0]}") from None
+    if tokenizer.eos_token_id is None:
+        raise UserError(
+            f"the tokenizer in {model_dir} has no EOS token (decoding must know where a response ends); set eos_token in its tokenizer_config.json"
+        )
+    if not getattr(tokenizer, "chat_template", None):
+        raise UserError(
+            f"{model_dir} has no chat template (multi-turn contexts are rendered with it); use the model's chat/Instruct "
+            "version, or add a chat_template.jinja to the directory"
+        )
+    try:
+        after_response_text(tokenizer, "observation")
+    except Exception as exc:  # a template that raises on our messages (e.g. strict role order) or drops the content
+        raise UserError(f"the chat template in {model_dir} cannot render a multi-turn episode: {str(exc).splitlines()[0]}") from None
 
 
 def hf_path_message(path: str | os.PathLike | None, hub_id: str | None = None) -> str:
@@ -150,7 +184,8 @@ def load_policy(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.
         raise UserError(f"model.dtype={model_cfg.dtype!r} is not one of {', '.join(DTYPES)}")
     try:
         tokenizer = load_tokenizer(model_dir)
-        base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, local_files_only=True)
+        with quiet_loading():
+            base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, local_files_only=True)
     except (OSError, ValueError) as exc:
         raise UserError(f"could not load a causal LM from {model_dir}: {str(exc).splitlines()[0]}") from None
     if tokenizer.pad_token_id is None:
@@ -160,10 +195,7 @@ def load_policy(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.
         p.requires_grad_(False)
     torch.manual_seed(seed)  # LoRA init is random: tie it to the run seed
     lora = model_cfg.lora
-    model = get_peft_model(
-        base,
-        PeftLoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.target_modules), bias="none"),
-    )
+    model = add_lora(base, lora.r, lora.alpha, lora.dropout, lora.target_modules)
     return Policy(model=model, tokenizer=tokenizer)
 
 

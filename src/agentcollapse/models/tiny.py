@@ -31,6 +31,7 @@ from agentcollapse.models.context import (
     encode,
     first_user_message,
     format_response,
+    next_context_ids,
     next_user_message,
     render_context,
 )
@@ -84,18 +85,19 @@ def demonstration_episodes(
     return env.system_prompt, out  # type: ignore[return-value]
 
 
-def _episode_sequence(tokenizer: Any, turns: list[tuple[list[dict[str, str]], str]]) -> tuple[list[int], list[int]]:
-    """One token sequence per episode with a loss mask over every response (contexts are prefixes)."""
-    last_messages, last_response = turns[-1]
-    ids = encode(tokenizer, render_context(tokenizer, last_messages)) + encode(tokenizer, last_response)
+def episode_sequence(tokenizer: Any, turns: list[tuple[list[dict[str, str]], str]]) -> tuple[list[int], list[int]]:
+    """One token sequence per demonstration episode, built as a rollout builds its contexts (token in,
+    token out: ``models.context``), with a loss mask over every response."""
+    ids = encode(tokenizer, render_context(tokenizer, turns[0][0]))
     mask = [0] * len(ids)
-    for messages, response in turns:
-        ctx = encode(tokenizer, render_context(tokenizer, messages))
-        resp = encode(tokenizer, response)
-        if ids[: len(ctx) + len(resp)] != ctx + resp:
-            raise RuntimeError("warm start: multi-turn context is not prefix-consistent for this tokenizer")
-        for j in range(len(ctx), len(ctx) + len(resp)):
-            mask[j] = 1
+    for k, (_, response) in enumerate(turns):
+        response_ids = encode(tokenizer, response)
+        if k + 1 < len(turns):
+            extended = next_context_ids(tokenizer, ids, response_ids, turns[k + 1][0][-1]["content"])
+        else:
+            extended = ids + response_ids
+        mask += [1] * len(response_ids) + [0] * (len(extended) - len(ids) - len(response_ids))
+        ids = extended
     return ids, mask
 
 
@@ -150,9 +152,9 @@ def build_tiny_policy(
     ]
     tokenizer = build_tokenizer(corpus)
     model = LlamaForCausalLM(tiny_llama_config(model_cfg, tokenizer))
-    sequences = [_episode_sequence(tokenizer, turns) for turns in episodes]
+    sequences = [episode_sequence(tokenizer, turns) for turns in episodes]
     batches = length_bucketed_batches([len(ids) for ids, _ in sequences], ws.batch_size, ws.batch_tokens)
-    final_loss = _supervised_fine_tune(
+    final_loss = supervised_fine_tune(
         model, sequences, batches, ws.steps, ws.lr, ws.seed, tokenizer.pad_token_id, progress, ws.context_loss_weight
     )
     tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
@@ -193,8 +195,8 @@ def length_bucketed_batches(lengths: list[int], batch_size: int, batch_tokens: i
     return batches
 
 
-def _supervised_fine_tune(
-    model: LlamaForCausalLM,
+def supervised_fine_tune(
+    model: torch.nn.Module,
     sequences: list[tuple[list[int], list[int]]],
     buckets: list[list[int]],
     steps: int,

@@ -8,7 +8,7 @@ from typing import Any
 
 from agentcollapse.config import RunConfig, compose
 
-__all__ = ["config_and_policy", "held_out_success", "rebuild_base_model", "rv_check", "training_batch"]
+__all__ = ["config_and_policy", "held_out_rollout", "held_out_success", "rebuild_base_model", "rv_check", "training_batch"]
 
 
 def config_and_policy(overrides: list[str], report: bool = True) -> tuple[RunConfig, Any]:
@@ -51,6 +51,14 @@ def held_out_success(
     policy: Any, env_name: str, env_kwargs: dict[str, Any], episodes: int, temperature: float, max_new_tokens: int, run_seed: int = 0
 ) -> tuple[int, int]:
     """(successes, episodes) on the held-out maps, one trajectory each, as a run's evaluation draws them."""
+    batch = held_out_rollout(policy, env_name, env_kwargs, episodes, temperature, max_new_tokens, run_seed)
+    return int(batch.successes().sum()), episodes
+
+
+def held_out_rollout(
+    policy: Any, env_name: str, env_kwargs: dict[str, Any], episodes: int, temperature: float, max_new_tokens: int, run_seed: int = 0
+) -> Any:
+    """The held-out episodes' RolloutBatch (one trajectory per map), as a run's evaluation draws them."""
     from agentcollapse import envs, seeds
     from agentcollapse.rollout.runner import collect_rollouts
 
@@ -63,7 +71,7 @@ def held_out_success(
         max_new_tokens,
         sample_seed=seeds.validation_sample_seed(run_seed),
     )
-    return int(batch.successes().sum()), episodes
+    return batch
 
 
 def rebuild_base_model(overrides: list[str]) -> tuple[Any, dict[str, Any]] | None:
