@@ -13,7 +13,7 @@ SEEDS ?=
 N ?=
 export PYTHONHASHSEED := 0
 
-.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy bench-scaling mi-check doctor gpu-check clean-venv tables report bench-trl bench-report
+.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy bench-scaling mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
@@ -98,6 +98,12 @@ bench-rollout: $(STAMP) ## rollout tokens/s and warm-start held-out success
 
 bench-learning: $(STAMP) ## it learns: held-out success before/after RL, 3 seeds, each algorithm
 	$(BIN)/python benchmarks/bench_learning.py $(ARGS)
+
+bench-warm-start: $(STAMP) ## a real model's warm start (model=smollm2-135m): held-out success and format before/after, build time (~1 h on 2 cores)
+	$(BIN)/python benchmarks/bench_warm_start.py $(ARGS)
+
+bench-dtype: $(STAMP) ## float32 vs bfloat16 weights for model=smollm2-135m: rollout, scoring and update side by side
+	$(BIN)/python benchmarks/bench_dtype.py $(ARGS)
 
 bench-filter: $(STAMP) ## update time at rho = 1.0, 0.9, 0.6 with the kept fraction
 	$(BIN)/python benchmarks/bench_filter.py $(ARGS)

@@ -17,11 +17,12 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import resource
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from agentcollapse.progress import peak_rss_mib
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -33,6 +34,8 @@ PARTS = {
     "proxy": "make bench-proxy",
     "trl": "make bench-trl",
     "scaling": "make bench-scaling",
+    "warm_start": "make bench-warm-start",
+    "dtype": "make bench-dtype",
 }
 
 
@@ -56,11 +59,6 @@ def code_changed_since(measured_at: str) -> bool:
         return True
     diff = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", measured_at, "--", *CODE], capture_output=True)
     return diff.returncode != 0
-
-
-def peak_rss_mib() -> float:
-    """This process's peak resident memory so far (Linux reports KiB)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def save_result(name: str, data: dict[str, Any], out: str | Path = RESULTS) -> Path:
@@ -222,6 +220,36 @@ def scaling_lines(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+def warm_start_lines(r: dict[str, Any]) -> list[str]:
+    lines = [
+        f"`{' '.join(r['model_overrides'])}`: held-out maps, one trajectory each (the untuned model on fewer: it decodes to the budget).",
+        "",
+        "| env | policy | T | success | 95% CI | format valid | grounding | n | policy ready (s) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in r["rows"]:
+        lines.append(
+            f"| {row['env']} | {'warm-started' if row['warm_start'] else 'untuned'} | {row['temperature']:g} | {row['success']:.3f} | "
+            f"[{row['success_ci'][0]:.3f}, {row['success_ci'][1]:.3f}] | {row['format_valid_rate']:.2f} | {_fmt(row['state_grounding'])} | "
+            f"{row['n']} | {row['policy_ready_s']:.0f} |"
+        )
+    return lines
+
+
+def dtype_lines(r: dict[str, Any]) -> list[str]:
+    m, ratio = r["median"], r["ratio_bf16_over_fp32"]
+    lines = ["| weights | rollout (s) | tokens/s | scoring (s) | update (s) |", "|---|---|---|---|---|"]
+    for dtype in ("float32", "bfloat16"):
+        v = m[dtype]
+        lines.append(f"| {dtype} | {v['rollout_s']:.1f} | {v['tokens_per_s']:.0f} | {v['scoring_s']:.1f} | {v['update_s']:.1f} |")
+    lines += [
+        "",
+        f"bf16 / fp32 time: rollout {ratio['rollout_s']:.2f}, scoring {ratio['scoring_s']:.2f}, update {ratio['update_s']:.2f} "
+        f"(median of {r['repeats']}); mean |log p bf16 - log p fp32| of the sampled tokens {r['logp_abs_diff']:.4f} nats.",
+    ]
+    return lines
+
+
 RENDER = {
     "iteration": ("Iteration: phases, tokens/s, roofline, peak memory", iteration_lines),
     "proxy": ("MI proxy: cached vs naive cross-scoring", proxy_lines),
@@ -229,6 +257,8 @@ RENDER = {
     "rollout": ("Rollout and warm start", rollout_lines),
     "trl": ("Against TRL", trl_lines),
     "scaling": ("Scaling (`make bench-scaling`)", scaling_lines),
+    "warm_start": ("A real model's warm start (`make bench-warm-start`)", warm_start_lines),
+    "dtype": ("float32 vs bfloat16 weights (`make bench-dtype`)", dtype_lines),
 }
 
 

@@ -3,11 +3,17 @@ percent (so ``make sweep > log`` stays readable instead of filling with ``\\r`` 
 
 from __future__ import annotations
 
+import resource
 import sys
 import time
 from typing import Any, TextIO
 
-__all__ = ["Progress", "is_terminal"]
+__all__ = ["Progress", "is_terminal", "peak_rss_mib"]
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory so far, MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def is_terminal(stream: TextIO | None = None) -> bool:

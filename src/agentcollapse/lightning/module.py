@@ -34,6 +34,7 @@ from agentcollapse.lightning import distributed
 from agentcollapse.lightning.hooks import RolloutHook, Selection
 from agentcollapse.lightning.shared_eval import SharedEvaluations, step0_key
 from agentcollapse.models.policy import Policy
+from agentcollapse.progress import peak_rss_mib
 from agentcollapse.rollout.batch import RolloutBatch
 from agentcollapse.rollout.runner import collect_rollouts, rollout_metrics
 from agentcollapse.rollout.sequences import Sequences, build_sequences, collate, gather_logprobs
@@ -228,6 +229,7 @@ class AgentRLModule(L.LightningModule):
         metrics: dict[str, float] = {}
         rollout, perf = self.collect(self.iteration)
         metrics.update(perf)
+        metrics["perf/peak_rss_after_rollout_mib"] = peak_rss_mib()
         metrics.update(rollout_metrics(rollout))  # of the first rollout: an unselected sample of the policy
         if self.algo.dynamic_sampling:
             rollout, sampled = self.dynamic_sample(rollout)
@@ -237,9 +239,11 @@ class AgentRLModule(L.LightningModule):
         # difference in a score (GPU kernels) cannot make ranks train different groups.
         selection = distributed.broadcast_object(selection)
         metrics.update(hook_metrics)
+        metrics["perf/peak_rss_after_hooks_mib"] = peak_rss_mib()
         metrics["rollout/empty_after_filter"] = float(selection.is_empty)
         if not selection.is_empty:
             metrics.update(self.update(rollout, selection))
+            metrics["perf/peak_rss_after_update_mib"] = peak_rss_mib()
         metrics["perf/step_time_s"] = time.perf_counter() - started
         if self.device.type == "cuda":  # what `make gpu-check` reports per phase; this rank's peak
             metrics["perf/gpu_peak_memory_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
