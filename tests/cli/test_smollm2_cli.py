@@ -4,11 +4,12 @@ warm-started (a short one here), diagnostics every step and a filter on, then an
 from __future__ import annotations
 
 import signal
+import subprocess
 
 import pandas as pd
 import pytest
 
-from tests.cli.test_train_cli import metrics, run, start_and_wait, summary
+from tests.cli.test_train_cli import RUN_OVERRIDES, cli_env, metrics, run, start_and_wait, summary, train_cmd
 
 SMOLLM2_OVERRIDES = [
     "model=smollm2-135m",
@@ -30,9 +31,27 @@ SMOLLM2_OVERRIDES = [
 
 @pytest.mark.slow
 def test_smollm2_trains_two_iterations_and_resumes_exactly(tmp_path, cache_dir):
-    whole = tmp_path / "whole" / "run"
+    from agentcollapse.config import compose
+    from agentcollapse.models.policy import resolve_model_dir
+
+    # Build the warm start once here: the two runs below start together (one thread each on the two
+    # cores) and would otherwise both build it.
+    cfg = compose([*RUN_OVERRIDES, *SMOLLM2_OVERRIDES, f"cache_dir={cache_dir}"])
+    resolve_model_dir(cfg.model, cfg.env, cfg.cache_dir)
+    whole, split = tmp_path / "whole" / "run", tmp_path / "split" / "run"
     whole.parent.mkdir()
-    run(whole, cache_dir, *SMOLLM2_OVERRIDES, "trainer.max_steps=2")
+    split.parent.mkdir()
+    with (whole.parent / "output.txt").open("w") as out:  # a file: a pipe nobody reads could fill up and stall it
+        uninterrupted = subprocess.Popen(
+            train_cmd(whole, cache_dir, *SMOLLM2_OVERRIDES, "trainer.max_steps=2"), cwd=whole.parent, env=cli_env(), stdout=out, stderr=out
+        )
+    # the other run is interrupted during iteration 2 (SIGTERM after iteration 1's checkpoint), then resumed
+    proc = start_and_wait(split, cache_dir, 1, *SMOLLM2_OVERRIDES, "trainer.max_steps=2")
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=120)
+    assert summary(split)["status"] == "interrupted", summary(split)
+    uninterrupted.wait(timeout=600)
+    assert uninterrupted.returncode == 0, (whole.parent / "output.txt").read_text()[-3000:]
     s = summary(whole)
     assert s["status"] == "finished" and s["iteration"] == 2, s
     reference = metrics(whole)
@@ -43,13 +62,6 @@ def test_smollm2_trains_two_iterations_and_resumes_exactly(tmp_path, cache_dir):
     for key in ("collapse/valid_thinking_rate", "rollout/format_valid_rate", "rollout/zero_variance_group_frac"):
         assert key in reference.columns, key
 
-    # interrupted during iteration 2 (SIGTERM after iteration 1's checkpoint), then resumed
-    split = tmp_path / "split" / "run"
-    split.parent.mkdir()
-    proc = start_and_wait(split, cache_dir, 1, *SMOLLM2_OVERRIDES, "trainer.max_steps=2")
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=120)
-    assert summary(split)["status"] == "interrupted", summary(split)
     run(split, cache_dir, *SMOLLM2_OVERRIDES, "trainer.max_steps=2", "resume=true")
     assert summary(split)["status"] == "finished"
     pd.testing.assert_frame_equal(metrics(split), reference, check_exact=True)

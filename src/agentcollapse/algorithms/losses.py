@@ -8,7 +8,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from agentcollapse.models.logprobs import CHUNK_ELEMENTS
+from agentcollapse.models.logprobs import CHUNK_ELEMENTS, position_blocks
 from agentcollapse.registry import Registry
 
 __all__ = [
@@ -165,15 +165,12 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
     under activation checkpointing when a gradient is needed: at a real vocabulary the softmax of a
     whole batch would otherwise be kept for the backward (gigabytes).
     """
-    vocab = logits.shape[-1]
-    rows = max(1, CHUNK_ELEMENTS // max(1, vocab))
-    flat = logits.reshape(-1, vocab)
-    if flat.shape[0] <= rows:
+    if logits.dim() != 3 or logits.shape[0] * logits.shape[1] * logits.shape[2] <= CHUNK_ELEMENTS:
         return _dense_entropy(logits)
     keep_graph = torch.is_grad_enabled() and logits.requires_grad
     parts = [
-        checkpoint(_dense_entropy, flat[s : s + rows], use_reentrant=False) if keep_graph else _dense_entropy(flat[s : s + rows])
-        for s in range(0, flat.shape[0], rows)
+        checkpoint(_dense_entropy, block, use_reentrant=False) if keep_graph else _dense_entropy(block)
+        for _, _, block in position_blocks(logits)
     ]
     return torch.cat(parts).reshape(logits.shape[:-1])
 

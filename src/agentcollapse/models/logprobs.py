@@ -9,25 +9,36 @@ backward of ``logsumexp`` recomputes the softmax from the saved logits chunk by 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
-__all__ = ["CHUNK_ELEMENTS", "token_logprobs"]
+__all__ = ["CHUNK_ELEMENTS", "position_blocks", "token_logprobs"]
 
 CHUNK_ELEMENTS = 1 << 24
 """Logit elements processed at once (64 MB of float32 temporaries)."""
 
 
+def position_blocks(logits: torch.Tensor) -> Iterator[tuple[int, slice, torch.Tensor]]:
+    """``(row, positions, logits[row, positions])`` over ``logits`` [B, T, V], at most ``CHUNK_ELEMENTS``
+    elements a block. Each block is a view: slicing one row never copies, where flattening a sliced
+    batch (``logits[:, :-1]``) would copy all of it."""
+    b, t, v = logits.shape
+    rows = max(1, CHUNK_ELEMENTS // max(1, v))
+    for row in range(b):
+        for start in range(0, t, rows):
+            span = slice(start, min(t, start + rows))
+            yield row, span, logits[row, span]
+
+
 def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """``log_softmax(logits)[..., targets]`` in float32: ``logits`` [..., V], ``targets`` [...] (long).
-    Differentiable; chunked over the positions."""
-    shape = targets.shape
-    flat = logits.reshape(-1, logits.shape[-1])
-    idx = targets.reshape(-1, 1)
-    rows = max(1, CHUNK_ELEMENTS // max(1, flat.shape[-1]))
-    parts = []
-    for s in range(0, flat.shape[0], rows):
-        chunk = flat[s : s + rows].float()
-        parts.append((chunk.gather(-1, idx[s : s + rows]) - torch.logsumexp(chunk, dim=-1, keepdim=True)).squeeze(-1))
-    if not parts:
-        return logits.new_zeros(shape, dtype=torch.float32)
-    return torch.cat(parts).reshape(shape)
+    """``log_softmax(logits)[..., targets]`` in float32: ``logits`` [B, T, V], ``targets`` [B, T] (long).
+    Differentiable; a block of positions at a time (:func:`position_blocks`)."""
+    out = []
+    for row, span, block in position_blocks(logits):
+        block = block.float()
+        picked = block.gather(-1, targets[row, span, None]).squeeze(-1)
+        out.append(picked - torch.logsumexp(block, dim=-1))
+    if not out:
+        return logits.new_zeros(targets.shape, dtype=torch.float32)
+    return torch.cat(out).reshape(targets.shape)
