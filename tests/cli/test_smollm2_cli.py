@@ -13,8 +13,8 @@ from tests.cli.test_train_cli import RUN_OVERRIDES, cli_env, metrics, run, start
 
 SMOLLM2_OVERRIDES = [
     "model=smollm2-135m",
-    "model.warm_start.episodes=8",
-    "model.warm_start.steps=2",
+    "model.warm_start.episodes=4",
+    "model.warm_start.steps=1",
     "rollout.num_prompts=2",
     "rollout.group_size=2",
     "rollout.max_new_tokens=16",

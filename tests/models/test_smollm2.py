@@ -150,14 +150,14 @@ def test_warm_start_is_built_once_under_its_key(smollm2_path, cache_dir):
     overrides = [
         "model=smollm2-135m",
         f"cache_dir={cache_dir}",
-        "model.warm_start.episodes=8",
-        "model.warm_start.steps=2",
+        "model.warm_start.episodes=4",
+        "model.warm_start.steps=1",
         "env.kwargs.max_turns=2",
     ]
     cfg = compose(overrides)
     path = resolve_model_dir(cfg.model, cfg.env, cfg.cache_dir)
     meta = json.loads((path / "meta.json").read_text())
-    assert path.parent == smollm2_path.parent and meta["episodes"] == 8 and meta["env"] == "frozenlake"
+    assert path.parent == smollm2_path.parent and meta["episodes"] == 4 and meta["env"] == "frozenlake"
     assert resolve_model_dir(cfg.model, cfg.env, cfg.cache_dir) == path  # cached
     other = compose([*overrides, "model.warm_start.lr=5e-4"])
     assert warm_start_key(smollm2_path, other.model, other.env) != path.name  # anything that shapes it changes the key

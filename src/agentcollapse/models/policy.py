@@ -194,7 +194,7 @@ def load_policy(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.
     for p in base.parameters():
         p.requires_grad_(False)
     if model_cfg.gradient_checkpointing:  # non-reentrant: the frozen embeddings need no requires_grad trick
-        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
         base.config.use_cache = False  # decoding passes use_cache=True itself
     torch.manual_seed(seed)  # LoRA init is random: tie it to the run seed
     lora = model_cfg.lora
