@@ -45,3 +45,16 @@ def test_starting_layers_are_read_never_written():
         assert torch.equal(k, k0) and torch.equal(v, v0)
     for (k, _), (k0, _) in zip(layer_tensors(cache), kept):
         assert k.shape[-2] == 7 and torch.equal(k[:, :, :5], k0)
+
+
+def test_stacked_row_caches_pad_on_the_side_asked_and_mask_the_real_positions():
+    from agentcollapse.models.hf import stack_row_caches
+
+    rows = [[(torch.randn(2, n, 4), torch.randn(2, n, 4)) for _ in range(2)] if n else None for n in (3, 0, 5)]
+    for left in (True, False):
+        layers, mask = stack_row_caches(rows, left=left)
+        assert mask.tolist() == ([[0, 0, 1, 1, 1], [0] * 5, [1] * 5] if left else [[1, 1, 1, 0, 0], [0] * 5, [1] * 5])
+        for layer, (keys, values) in enumerate(layers):
+            assert keys.shape == values.shape == (3, 2, 5, 4)
+            assert torch.equal(keys[0][:, mask[0].bool()], rows[0][layer][0]) and torch.equal(values[2], rows[2][layer][1])
+            assert not keys[~mask.bool()[:, None, :].expand(-1, 2, -1)].any()

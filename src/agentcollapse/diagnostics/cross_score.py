@@ -23,6 +23,7 @@ from collections.abc import Sequence
 import torch
 
 from agentcollapse.models.hf import (
+    RowCache,
     base_model,
     cache_from_layers,
     cache_kwarg,
@@ -31,6 +32,7 @@ from agentcollapse.models.hf import (
     layer_tensors,
     model_device,
     output_cache,
+    stack_row_caches,
 )
 from agentcollapse.models.logprobs import token_logprobs
 
@@ -82,33 +84,13 @@ def _unique_contexts(contexts: Sequence[Sequence[int]]) -> tuple[list[list[int]]
 # ----------------------------------------------------------------------------------------------
 
 
-def _prefix_cache(model, ctx: list[int], device: torch.device, keep_last: dict) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
-    """Per-layer keys/values ``[1, heads, len(ctx) - 1, head_dim]`` of ``ctx[:-1]`` (None when that is empty)."""
+def _prefix_cache(model, ctx: list[int], device: torch.device, keep_last: dict) -> RowCache | None:
+    """Per-layer keys/values ``[heads, len(ctx) - 1, head_dim]`` of ``ctx[:-1]`` (None when that is empty)."""
     if len(ctx) < 2:
         return None
     ids = torch.tensor([ctx[:-1]], dtype=torch.long, device=device)
     out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, **keep_last)
-    return [(k.detach(), v.detach()) for k, v in layer_tensors(output_cache(out))]
-
-
-def _stack_block(caches: list[list[tuple[torch.Tensor, torch.Tensor]] | None]) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
-    """The block's prefix caches right-padded with zeros to a common length: per layer ``[k, heads, L, head_dim]``."""
-    present = [c for c in caches if c is not None]
-    if not present:
-        return None
-    length = max(c[0][0].shape[2] for c in present)
-    stacked = []
-    for layer in range(len(present[0])):
-        k0, v0 = present[0][layer]
-        keys = k0.new_zeros((len(caches), k0.shape[1], length, k0.shape[3]))
-        values = v0.new_zeros((len(caches), v0.shape[1], length, v0.shape[3]))
-        for i, c in enumerate(caches):
-            if c is not None:
-                n = c[layer][0].shape[2]
-                keys[i, :, :n] = c[layer][0][0]
-                values[i, :, :n] = c[layer][1][0]
-        stacked.append((keys, values))
-    return stacked
+    return [(k[0].detach(), v[0].detach()) for k, v in layer_tensors(output_cache(out))]
 
 
 def _runs(ids: list[int]) -> list[tuple[int, int]]:
@@ -186,7 +168,10 @@ def cross_score(
     with eval_no_grad(model):
         for b0 in range(0, len(ctx_order) if rows else 0, block_size):
             block = ctx_order[b0 : b0 + block_size]
-            stacked = _stack_block([_prefix_cache(model, uniq[u], device, keep_last) for u in block])
+            prefixes = [_prefix_cache(model, uniq[u], device, keep_last) for u in block]
+            # right-padded: each row's trace continues from its own context length (its position ids)
+            stacked = stack_row_caches(prefixes, left=False)[0] if any(p is not None for p in prefixes) else None
+            del prefixes  # stacked holds copies
             # (trace length, context length) order: near-equal lengths within each forward
             pairs = sorted(
                 ((len(trace_ids[r]), len(uniq[u]), i, r) for i, u in enumerate(block) for r in rows),

@@ -14,6 +14,7 @@ import torch
 __all__ = [
     "FoldedLoRA",
     "KVLayers",
+    "RowCache",
     "base_model",
     "cache_from_layers",
     "cache_kwarg",
@@ -24,10 +25,14 @@ __all__ = [
     "model_device",
     "output_cache",
     "quiet_loading",
+    "stack_row_caches",
 ]
 
 KVLayers = list[tuple[torch.Tensor, torch.Tensor]]
 """Per-layer (keys, values), each ``[batch, heads, len, head_dim]``."""
+
+RowCache = list[tuple[torch.Tensor, torch.Tensor]]
+"""One sequence's per-layer (keys, values), each ``[heads, len, head_dim]``."""
 
 
 def base_model(model: torch.nn.Module) -> torch.nn.Module:
@@ -166,26 +171,44 @@ def _growing_layer_class() -> type:
     return GrowingLayer
 
 
+def _cache_holding(config: Any, layers: KVLayers | None, layer: Any = None) -> Any:
+    """A ``DynamicCache(config=config)`` whose layers hold ``layers`` (when given) without a copy, its
+    plain ``DynamicLayer``s replaced by ``layer()`` ones when ``layer`` is given; None where this
+    transformers version lays the cache out otherwise (no config, sliding windows, a layer count that
+    differs from ``layers``')."""
+    from transformers import DynamicCache
+
+    if config is None:
+        return None
+    try:
+        cache = DynamicCache(config=config)
+    except (TypeError, ValueError, AttributeError):  # pragma: no cover - config-less fallback
+        return None
+    kinds = getattr(cache, "layers", None)
+    if kinds is None or any(type(k).__name__ != "DynamicLayer" for k in kinds):
+        return None
+    if layers is not None and len(kinds) != len(layers):
+        return None
+    if layer is not None:
+        cache.layers = [layer() for _ in kinds]
+    try:
+        for held, (k, v) in zip(cache.layers, layers or []):
+            held.lazy_initialization(k, v)
+            held.keys, held.values = k, v
+    except (TypeError, AttributeError):  # pragma: no cover - other transformers versions
+        return None
+    return cache
+
+
 def growing_cache(config: Any, room: int, layers: KVLayers | None = None) -> Any:
     """A DynamicCache for decoding: each layer keeps ``room`` spare positions so that appending a token
     writes in place (``GrowingLayer``), optionally starting from ``layers`` (not copied until the first
     append). Falls back to :func:`cache_from_layers`' plain cache where this transformers version lays
     the cache out differently (sliding windows, older versions)."""
-    from transformers import DynamicCache
-
-    try:
-        cache = DynamicCache(config=config)
-        if config is None or any(type(layer).__name__ != "DynamicLayer" for layer in cache.layers):
-            raise TypeError
-        if layers is not None and len(cache.layers) != len(layers):
-            raise TypeError
-    except (TypeError, ValueError, AttributeError):
-        return cache_from_layers(layers, config) if layers is not None else None
     grow = _growing_layer_class()
-    cache.layers = [grow(room) for _ in cache.layers]
-    for layer, (k, v) in zip(cache.layers, layers or []):
-        layer.lazy_initialization(k, v)
-        layer.keys, layer.values = k, v
+    cache = _cache_holding(config, layers, lambda: grow(room))
+    if cache is None and layers is not None:
+        return cache_from_layers(layers, config)
     return cache
 
 
@@ -198,29 +221,36 @@ def cache_from_layers(layers: KVLayers, config: Any) -> Any:
     """
     from transformers import DynamicCache
 
-    cache = None
-    if config is not None:
-        try:
-            cache = DynamicCache(config=config)
-        except (TypeError, ValueError, AttributeError):  # pragma: no cover - config-less fallback
-            cache = None
-    try:
-        if cache is not None and len(getattr(cache, "layers", ())) == len(layers):
-            for layer in cache.layers:
-                if type(layer).__name__ != "DynamicLayer":  # sliding windows etc.: use the public path
-                    raise TypeError
-            for layer, (k, v) in zip(cache.layers, layers):
-                layer.lazy_initialization(k, v)
-                layer.keys, layer.values = k, v
-            return cache
-    except (TypeError, AttributeError):  # pragma: no cover - other transformers versions
-        pass
+    cache = _cache_holding(config, layers)
+    if cache is not None:
+        return cache
     if config is not None:
         try:
             return DynamicCache(layers, config=config)
         except (TypeError, ValueError, AttributeError):  # pragma: no cover
             pass
     return DynamicCache(layers)
+
+
+def stack_row_caches(rows: list[RowCache | None], left: bool) -> tuple[KVLayers, torch.Tensor]:
+    """Per-row caches (None: no prefix) as one batch: per layer ``[rows, heads, width, head_dim]`` zero-padded
+    to the longest row, on the left (``left``: decoding continues every row at the same position) or on the
+    right, and the mask ``[rows, width]`` of the real positions. At least one row must be given."""
+    lengths = [0 if r is None else int(r[0][0].shape[1]) for r in rows]
+    width, ref = max(lengths), next(r for r in rows if r is not None)
+    spans = [slice(width - n, width) if left else slice(0, n) for n in lengths]
+    mask = torch.zeros((len(rows), width), dtype=torch.long, device=ref[0][0].device)
+    for i, span in enumerate(spans):
+        mask[i, span] = 1
+    layers = []
+    for layer, (k_ref, v_ref) in enumerate(ref):
+        keys = k_ref.new_zeros((len(rows), k_ref.shape[0], width, k_ref.shape[2]))
+        values = v_ref.new_zeros((len(rows), v_ref.shape[0], width, v_ref.shape[2]))
+        for i, (r, span) in enumerate(zip(rows, spans)):
+            if r is not None:
+                keys[i, :, span], values[i, :, span] = r[layer]
+        layers.append((keys, values))
+    return layers, mask
 
 
 class FoldedLoRA:

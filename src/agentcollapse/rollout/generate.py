@@ -17,11 +17,17 @@ from collections.abc import Sequence
 
 import torch
 
-from agentcollapse.models.hf import base_model, cache_kwarg, forward_params, growing_cache, layer_tensors, output_cache
+from agentcollapse.models.hf import (
+    RowCache,
+    base_model,
+    cache_kwarg,
+    forward_params,
+    growing_cache,
+    layer_tensors,
+    output_cache,
+    stack_row_caches,
+)
 from agentcollapse.models.policy import StopText
-
-RowCache = list[tuple[torch.Tensor, torch.Tensor]]
-"""One sequence's per-layer (keys, values), each ``[heads, len, head_dim]``."""
 
 
 def left_pad(prompts: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,26 +57,6 @@ def gumbel_argmax(logits: torch.Tensor, temperatures: torch.Tensor, uniform: tor
         gumbel = -torch.log(-torch.log(uniform[sampled].clamp_min(1e-20)))
         choice[sampled] = (logits[sampled].float() / temperatures[sampled, None] + gumbel).argmax(dim=-1)
     return choice
-
-
-def prefix_cache(prefixes: Sequence[RowCache | None], config: object, room: int = 0) -> tuple[object, torch.Tensor]:
-    """The rows' prefixes as one left-padded cache (with ``room`` spare positions to decode into) and its
-    attention mask ``[rows, width]``."""
-    lengths = [0 if p is None else int(p[0][0].shape[1]) for p in prefixes]
-    width, ref = max(lengths), next(p for p in prefixes if p is not None)
-    mask = torch.zeros((len(prefixes), width), dtype=torch.long, device=ref[0][0].device)
-    layers = []
-    for layer, (k_ref, v_ref) in enumerate(ref):
-        keys = k_ref.new_zeros((len(prefixes), k_ref.shape[0], width, k_ref.shape[2]))
-        values = v_ref.new_zeros((len(prefixes), v_ref.shape[0], width, v_ref.shape[2]))
-        for row, (p, n) in enumerate(zip(prefixes, lengths)):
-            if n:
-                keys[row, :, width - n :], values[row, :, width - n :] = p[layer]
-        layers.append((keys, values))
-    for row, n in enumerate(lengths):
-        if n:
-            mask[row, width - n :] = 1
-    return growing_cache(config, room, layers), mask
 
 
 def row_caches(cache: object, attn: torch.Tensor, batch_rows: Sequence[int], lengths: Sequence[int]) -> list[RowCache]:
@@ -114,7 +100,8 @@ def generate(
     positions = torch.as_tensor(done_before, device=device)[:, None] + (attn.cumsum(-1) - 1).clamp_min(0)
     config = getattr(base_model(model), "config", None)
     if any(done_before):
-        past, past_mask = prefix_cache(prefixes, config, room=max_new_tokens)
+        layers, past_mask = stack_row_caches(prefixes, left=True)  # every row's prefix ends where its new tokens start
+        past = growing_cache(config, max_new_tokens, layers)
         attn = torch.cat([past_mask.to(device), attn], dim=1)
     else:
         past = growing_cache(config, room=max_new_tokens)
