@@ -67,20 +67,20 @@ base-model: $(STAMP) ## force a rebuild of the tiny warm-started policy for ENV
 # make bench measures every part at the iteration benchmark's size, which also keeps it under 10 minutes
 BENCH_SIZE := rollout.num_prompts=8 rollout.group_size=8
 bench: $(STAMP) ## the quick benchmarks (~9 min on 2 cores), then benchmarks/results/latest.{json,md} with every part's newest result (TRL, scaling, learning: own targets)
-	$(BIN)/python benchmarks/bench_iteration.py $(ARGS)
-	$(BIN)/python benchmarks/bench_rollout.py --episodes 64 --slips 0 --repeats 2 env=frozenlake $(BENCH_SIZE)
-	$(BIN)/python benchmarks/bench_filter.py --repeats 2 $(BENCH_SIZE)
-	$(BIN)/python benchmarks/bench_proxy.py --repeats 2 $(BENCH_SIZE)
-	$(BIN)/python benchmarks/bench_report.py
+	$(BIN)/python -m benchmarks.bench_iteration $(ARGS)
+	$(BIN)/python -m benchmarks.bench_rollout --episodes 64 --slips 0 --repeats 2 env=frozenlake $(BENCH_SIZE)
+	$(BIN)/python -m benchmarks.bench_filter --repeats 2 $(BENCH_SIZE)
+	$(BIN)/python -m benchmarks.bench_proxy --repeats 2 $(BENCH_SIZE)
+	$(BIN)/python -m benchmarks.bench_report
 
 bench-report: $(STAMP) ## fold every benchmark's newest saved result into benchmarks/results/latest.{json,md} (runs nothing)
-	$(BIN)/python benchmarks/bench_report.py
+	$(BIN)/python -m benchmarks.bench_report
 
 bench-iteration: $(STAMP) ## one RL iteration vs the code before the performance work, and vs the matmul limit
-	$(BIN)/python benchmarks/bench_iteration.py $(ARGS)
+	$(BIN)/python -m benchmarks.bench_iteration $(ARGS)
 
 bench-scaling: $(STAMP) ## iteration time and peak memory as P, G, the turn cap and the response budget double (~10 min)
-	$(BIN)/python benchmarks/bench_scaling.py $(ARGS)
+	$(BIN)/python -m benchmarks.bench_scaling $(ARGS)
 
 bench-trl: ## our RL iteration vs TRL's GRPOTrainer, alternating (benchmark-only .venv-trl: trl==1.16.0 on requirements.lock's versions)
 	@if [ ! -f .venv-trl/.installed ] || [ requirements.lock -nt .venv-trl/.installed ] || [ pyproject.toml -nt .venv-trl/.installed ]; then \
@@ -91,25 +91,25 @@ bench-trl: ## our RL iteration vs TRL's GRPOTrainer, alternating (benchmark-only
 		.venv-trl/bin/pip install -q --no-deps -e . && \
 		touch .venv-trl/.installed; \
 	fi
-	.venv-trl/bin/python benchmarks/bench_trl.py $(ARGS)
+	.venv-trl/bin/python -m benchmarks.bench_trl $(ARGS)
 
 bench-rollout: $(STAMP) ## rollout tokens/s and warm-start held-out success
-	$(BIN)/python benchmarks/bench_rollout.py env=$(ENV) $(ARGS)
+	$(BIN)/python -m benchmarks.bench_rollout env=$(ENV) $(ARGS)
 
 bench-learning: $(STAMP) ## it learns: held-out success before/after RL, 3 seeds, each algorithm
-	$(BIN)/python benchmarks/bench_learning.py $(ARGS)
+	$(BIN)/python -m benchmarks.bench_learning $(ARGS)
 
 bench-warm-start: $(STAMP) ## a real model's warm start (model=smollm2-135m): held-out success and format before/after, build time (~1 h on 2 cores)
-	$(BIN)/python benchmarks/bench_warm_start.py $(ARGS)
+	$(BIN)/python -m benchmarks.bench_warm_start $(ARGS)
 
 bench-dtype: $(STAMP) ## float32 vs bfloat16 weights for model=smollm2-135m: rollout, scoring and update side by side
-	$(BIN)/python benchmarks/bench_dtype.py $(ARGS)
+	$(BIN)/python -m benchmarks.bench_dtype $(ARGS)
 
 bench-filter: $(STAMP) ## update time at rho = 1.0, 0.9, 0.6 with the kept fraction
-	$(BIN)/python benchmarks/bench_filter.py $(ARGS)
+	$(BIN)/python -m benchmarks.bench_filter $(ARGS)
 
 bench-proxy: $(STAMP) ## MI proxy cost vs one iteration; cached vs naive cross-scoring
-	$(BIN)/python benchmarks/bench_proxy.py $(ARGS)
+	$(BIN)/python -m benchmarks.bench_proxy $(ARGS)
 
 mi-check: $(STAMP) ## Std(RV)/Mean(RV) from one rollout batch, with a one-line reading
 	$(BIN)/agentcollapse mi-check env=$(ENV) $(ARGS)

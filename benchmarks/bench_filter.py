@@ -1,6 +1,6 @@
 """Update cost of SNR-aware filtering at a fixed rollout budget (METHOD.md section 5).
 
-    python benchmarks/bench_filter.py [--rhos 1.0,0.9,0.6] [--repeats 3] [key=value overrides ...]
+    python -m benchmarks.bench_filter [--rhos 1.0,0.9,0.6] [--repeats 3] [key=value overrides ...]
 
 Collects ONE rollout batch of P x G with the composed config and reuses it for every measurement, so
 only the update differs. For each rho it keeps ``select_groups(RV scores, "top_p", rho,
@@ -14,25 +14,20 @@ groups with non-zero variance, and dropping the zero ones would make the kept se
 on that count instead of on rho; with include_zero=True rho=1 keeps every group (a batch whose every
 RV is zero still keeps none below rho=1: training skips such an update). Note that linear top_p still
 keeps only the groups needed to reach rho of the RV mass, so zero-RV groups are kept only at rho=1 (``--top-p-mode softmax`` makes the kept fraction track rho more closely).
-Saves ``benchmarks/results/filter.json`` for ``bench_report.py``. Not a test: numbers go in issue notes.
+Saves ``benchmarks/results/filter.json`` for ``benchmarks.bench_report``. Not a test: numbers go in issue notes.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
-from bench_report import save_result  # benchmarks/ is this script's sys.path[0]
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
+from benchmarks.common import alternating, floats, save_result, timed
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--rhos", type=_floats, default=[1.0, 0.9, 0.6], help="comma-separated top_p values; the first is the baseline")
+    ap.add_argument("--rhos", type=floats, default=[1.0, 0.9, 0.6], help="comma-separated top_p values; the first is the baseline")
     ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions per rho (median reported)")
     ap.add_argument("--top-p-mode", choices=("linear", "softmax"), default="linear")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. rollout.num_prompts=8 rollout.group_size=16")
@@ -85,12 +80,9 @@ def main() -> None:
 
     kept = {rho: select_groups(scores, "top_p", rho, True, args.top_p_mode, cfg.filter.selection_eps) for rho in args.rhos}
     times: dict[float, list[float]] = {rho: [] for rho in args.rhos}
-    for _ in range(args.repeats):
-        for rho in args.rhos:
-            module = fresh_module()
-            started = time.perf_counter()
-            module.update(batch, Selection(kept[rho]))
-            times[rho].append(time.perf_counter() - started)
+    for _, rho in alternating(args.rhos, args.repeats):
+        module = fresh_module()
+        times[rho].append(timed(module.update, batch, Selection(kept[rho]))[0])
     fresh_module()  # leave the policy as it was loaded
 
     base = statistics.median(times[args.rhos[0]])

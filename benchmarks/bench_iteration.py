@@ -1,18 +1,18 @@
 """One RL iteration against the code before the performance work, and against this CPU's matmul limit.
 
-    python benchmarks/bench_iteration.py [--baseline COMMIT] [--repeats 2] [--steps 6] [--threads 1] [overrides ...]
+    python -m benchmarks.bench_iteration [--baseline COMMIT] [--repeats 2] [--steps 6] [--threads 1] [overrides ...]
 
 Both versions train the same config through the CLI (``agentcollapse train``, FrozenLake, P=8 x G=8 by
 default, MI proxy at step 1 and every 5 steps, no validation), alternating baseline / current
 ``--repeats`` times, so machine noise hits both alike. The baseline runs from a ``git worktree`` of
-``--baseline`` (default: the last commit before the performance work). Each run's ``metrics.csv``
+``--baseline`` (default ``BASELINE`` below: the last commit before the performance work). Each run's ``metrics.csv``
 gives per-phase times; steps 2..``--steps`` are averaged (step 1 pays one-off costs; a 5-step window
 holds one proxy step, the cadence of the default). The roofline probe times ``torch.matmul`` at the
 model's own shapes (hidden 128 -> 128 / 384 / vocab, at the update's and decoding's row counts) and
 the achieved FLOP/s of each phase is reported against it.
 
 The last pair also times one held-out evaluation (step 0 and the end) in each version, kept apart from
-the iteration. Saves ``benchmarks/results/iteration.json`` (``bench_report.py`` folds it into
+the iteration. Saves ``benchmarks/results/iteration.json`` (``benchmarks.bench_report`` folds it into
 ``latest.json`` and ``latest.md``). Not a test: numbers go in issue notes.
 """
 
@@ -20,74 +20,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
-from bench_report import save_result  # benchmarks/ is this script's sys.path[0]
+from benchmarks.bench_report import iteration_lines
+from benchmarks.common import (
+    PHASES,
+    RESULTS,
+    ROOT,
+    alternating,
+    iteration_overrides,
+    measured_train,
+    phase_lists,
+    policy_dir,
+    save_result,
+    timed,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "f92f80d"  # the last commit before the performance work (issue 13)
-PHASES = {
-    "step": "perf/step_time_s",
-    "rollout": "perf/rollout_time_s",
-    "scoring": "perf/scoring_time_s",
-    "update": "perf/update_time_s",
-    "proxy": "perf/collapse_time_s",
-}
-
-
-def timed_run_overrides(steps: int, threads: int) -> list[str]:
-    """A run timed by its own perf/* metrics: no validation, no checkpoints, no live bar, CSV only."""
-    return [
-        f"trainer.max_steps={steps}",
-        "trainer.val_every=0",
-        "trainer.checkpoint_every=0",
-        f"trainer.num_threads={threads}",
-        "trainer.progress_bar=false",
-        "logger=csv",
-    ]
-
-
-def iteration_overrides(steps: int, threads: int) -> list[str]:
-    """The benchmarked iteration: FrozenLake P=8 x G=8, the MI proxy at step 1 and every 5 steps, timed."""
-    return [
-        "env=frozenlake",
-        "rollout.num_prompts=8",
-        "rollout.group_size=8",
-        "diagnostics.compute_freq=5",
-        *timed_run_overrides(steps, threads),
-    ]
-
-
-def measured_train(src: Path, overrides: list[str], run_dir: Path, threads: int) -> tuple[Any, float]:
-    """(every metrics.csv row by step, step 0's evaluation included; peak resident memory in MiB) of one
-    ``agentcollapse train`` of the code under ``src``. Output goes to ``<run_dir>.log``, a pipe nobody
-    reads could fill up and stall it."""
-    import pandas as pd
-
-    env = {**os.environ, "PYTHONPATH": str(src), "OMP_NUM_THREADS": str(threads), "WANDB_MODE": "disabled"}
-    cmd = [sys.executable, "-m", "agentcollapse.cli.main", "train", *overrides, f"run_dir={run_dir}"]
-    log = run_dir.parent / f"{run_dir.name}.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as out:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, cwd=src.parent)
-        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not every child's maximum
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"run failed ({src}):\n{log.read_text()[-3000:]}")
-    rows = pd.read_csv(run_dir / "metrics.csv")
-    return rows.sort_values("step"), usage.ru_maxrss / 1024  # Linux: KiB
-
-
-def train_rows(src: Path, overrides: list[str], run_dir: Path, threads: int) -> Any:
-    """The metrics.csv rows after step 0 of one ``agentcollapse train`` of the code under ``src``."""
-    rows = measured_train(src, overrides, run_dir, threads)[0]
-    return rows[rows["step"] >= 1]
 
 
 def matmul_probe(shapes: list[tuple[int, int, int]], threads: int, repeats: int = 20) -> dict[str, float]:
@@ -107,15 +60,6 @@ def matmul_probe(shapes: list[tuple[int, int, int]], threads: int, repeats: int 
     return out
 
 
-def policy_dir(overrides: list[str]) -> Path:
-    """The warm-started policy ``overrides`` train (built by ``make base-model`` or the first run)."""
-    from agentcollapse.config import compose
-    from agentcollapse.models.policy import resolve_model_dir
-
-    cfg = compose(overrides)
-    return Path(resolve_model_dir(cfg.model, cfg.env, cfg.cache_dir))
-
-
 def linear_params(model_dir: Path) -> tuple[int, dict[str, int]]:
     """(weights every token passes through: the decoder's projections and the LM head, sizes) of a Llama-shaped model."""
     c = json.loads((model_dir / "config.json").read_text())
@@ -132,7 +76,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6, help="RL iterations per run (steps 2.. are averaged)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-validation", action="store_true", help="skip timing one held-out evaluation in the last pair")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for both versions")
     args = ap.parse_args()
     overrides = [*iteration_overrides(args.steps, args.threads), *args.overrides]
@@ -155,23 +99,21 @@ def main() -> None:
             ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base_tree), args.baseline], check=True, capture_output=True
         )
         try:
-            for rep in range(args.repeats):
+            for rep, (name, src) in alternating((("baseline", base_tree / "src"), ("current", ROOT / "src")), args.repeats):
                 # The last pair also evaluates at step 0 and at the end (validation stays out of the
                 # iteration's own times, which these rows keep apart).
                 validate = rep == args.repeats - 1 and not args.no_validation
                 extra = [f"trainer.val_every={args.steps}"] if validate else []
-                for name, src in (("baseline", base_tree / "src"), ("current", ROOT / "src")):
-                    started = time.perf_counter()
-                    run_dir = Path(tmp) / f"{name}-{rep}"
-                    every, peak = measured_train(src, [*overrides, *extra], run_dir, args.threads)
-                    rows = every[every["step"] >= 1]
-                    results[name].append(phase_lists(rows))
-                    peaks[name].append(peak)
-                    if validate:
-                        val_s[name] += every["perf/val_time_s"].dropna().tolist()
-                    if name == "current" and "perf/update_tokens" in rows:
-                        tokens_per_pass += rows["perf/update_tokens"].dropna().tolist()[1:]
-                    print(f"{name} run {rep + 1}/{args.repeats}: {time.perf_counter() - started:.0f}s", flush=True)
+                run_dir = Path(tmp) / f"{name}-{rep}"
+                seconds, (every, peak) = timed(measured_train, src, [*overrides, *extra], run_dir, args.threads)
+                rows = every[every["step"] >= 1]
+                results[name].append(phase_lists(rows))
+                peaks[name].append(peak)
+                if validate:
+                    val_s[name] += every["perf/val_time_s"].dropna().tolist()
+                if name == "current" and "perf/update_tokens" in rows:
+                    tokens_per_pass += rows["perf/update_tokens"].dropna().tolist()[1:]
+                print(f"{name} run {rep + 1}/{args.repeats}: {seconds:.0f}s", flush=True)
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)], capture_output=True)
 
@@ -236,19 +178,8 @@ def main() -> None:
         "raw": results,
     }
     path = save_result("iteration", report, args.out)
-    from bench_report import iteration_lines
-
     print("\n".join(iteration_lines(report)))
     print(f"wrote {path}")
-
-
-def phase_lists(rows: Any) -> dict[str, list[float]]:
-    """Per-step values of each phase and of the rollout's size from one run's rows."""
-    out = {name: rows[col].fillna(0.0).tolist() if col in rows else [] for name, col in PHASES.items()}
-    out["tokens_per_s"] = rows["perf/rollout_tokens_per_s"].tolist()
-    out["response_length"] = rows["rollout/response_length"].tolist()
-    out["num_turns"] = rows["rollout/num_turns"].tolist()
-    return out
 
 
 if __name__ == "__main__":

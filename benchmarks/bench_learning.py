@@ -1,6 +1,6 @@
 """It learns: held-out success of the warm-started tiny policy before and after RL.
 
-    python benchmarks/bench_learning.py [--algorithms grpo,dr_grpo,dapo,ppo] [--seeds 0,1,2]
+    python -m benchmarks.bench_learning [--algorithms grpo,dr_grpo,dapo,ppo] [--seeds 0,1,2]
                                         [--steps 40] [--episodes 200] [overrides ...]
 
 Each (algorithm, seed) is an ordinary training run (run records under benchmarks/results/learning/);
@@ -19,21 +19,18 @@ from pathlib import Path
 
 from agentcollapse.analysis.stats import wilson_interval
 from agentcollapse.config import compose as compose_config
+from benchmarks.common import RESULTS, csv_list, timed
 
 TEMPERATURES = {"val/success_rate_t1": "T=1.0", "val/success_rate": "T=0.5", "val/success_rate_greedy": "greedy"}
 
 
-def _csv_list(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--algorithms", type=_csv_list, default=["grpo", "dr_grpo", "dapo", "ppo"])
-    ap.add_argument("--seeds", type=lambda t: [int(x) for x in _csv_list(t)], default=[0, 1, 2])
+    ap.add_argument("--algorithms", type=csv_list, default=["grpo", "dr_grpo", "dapo", "ppo"])
+    ap.add_argument("--seeds", type=lambda t: [int(x) for x in csv_list(t)], default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=40, help="RL iterations per run")
     ap.add_argument("--episodes", type=int, default=200, help="held-out maps evaluated before and after")
-    ap.add_argument("--out", default="benchmarks/results/learning")
+    ap.add_argument("--out", default=str(RESULTS / "learning"))
     ap.add_argument("overrides", nargs="*", help="Hydra overrides applied to every run")
     args = ap.parse_args()
 
@@ -61,9 +58,8 @@ def main() -> None:
                 ]
             )
             cfg.run_dir = str(run_dir)
-            started = time.perf_counter()
-            summary = run_training(cfg)
-            minutes = (time.perf_counter() - started) / 60
+            seconds, summary = timed(run_training, cfg)
+            minutes = seconds / 60
             rows = list(csv.DictReader((run_dir / "metrics.csv").open()))
             before = next(r for r in rows if int(float(r["step"])) == 0)
             after = [r for r in rows if r.get("val/success_rate_t1")][-1]

@@ -1,7 +1,7 @@
 """Cost of the MI proxy (METHOD.md section 3) relative to one RL iteration, and the cached cross-scorer's
 speedup over the naive one.
 
-    python benchmarks/bench_proxy.py [--repeats 3] [--fill-empty-thinks] [key=value overrides ...]
+    python -m benchmarks.bench_proxy [--repeats 3] [--fill-empty-thinks] [key=value overrides ...]
 
 On one P x G rollout batch of the configured policy (default: the tiny model, P=8, G=16) it times, each
 ``--repeats`` times interleaved, and reports medians of:
@@ -18,7 +18,7 @@ On one P x G rollout batch of the configured policy (default: the tiny model, P=
 
 ``--fill-empty-thinks`` is for barely trained policies (tiny test configs) that rarely close
 ``</think>``: turns without reasoning get the decoded response (tags stripped) as their reasoning, so
-the proxy has rows to score. Saves ``benchmarks/results/proxy.json`` for ``bench_report.py``. Not a test:
+the proxy has rows to score. Saves ``benchmarks/results/proxy.json`` for ``benchmarks.bench_report``. Not a test:
 numbers go in issue notes.
 """
 
@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import argparse
 import re
-import statistics
-import time
 
 from agentcollapse.run.trainer import attach_to_trainer
-from bench_report import save_result  # benchmarks/ is this script's sys.path[0]
+from benchmarks.common import median, save_result, timed
 
 
 def _fill_empty_thinks(batch) -> int:
@@ -49,12 +47,6 @@ def _attached_module(cfg, policy):
     from agentcollapse.lightning.module import AgentRLModule
 
     return attach_to_trainer(AgentRLModule(cfg, policy))
-
-
-def _timed(fn):
-    t0 = time.perf_counter()
-    out = fn()
-    return time.perf_counter() - t0, out
 
 
 def main() -> None:
@@ -120,30 +112,27 @@ def main() -> None:
     max_diff = []
     proxy_out: dict[str, float] = {}
     all_groups = np.arange(P)
+    traj_samples = cfg.diagnostics.trajectory_samples or None
     for rep in range(args.repeats):
         # proxy: a fresh EMA/RNG state every repeat, so every repeat scores the same samples
         emas = {name: ProxyEMAState(decay=0.9) for name in sampler_prefixes()}
         rng = np.random.default_rng(cfg.seed)
-        dt, proxy_out = _timed(
-            lambda emas=emas, rng=rng: collapse_metrics(
-                model, tok, batch, emas, rng, batch_size=score_bs, trajectory_samples=cfg.diagnostics.trajectory_samples or None
-            )
-        )
+        dt, proxy_out = timed(collapse_metrics, model, tok, batch, emas, rng, batch_size=score_bs, trajectory_samples=traj_samples)
         times["proxy"].append(dt)
         if can_score:
-            dt, cached = _timed(lambda: cross_score(model, sample.contexts, sample.traces, batch_size=score_bs))
+            dt, cached = timed(cross_score, model, sample.contexts, sample.traces, batch_size=score_bs)
             times["cached"].append(dt)
             if not args.skip_naive:
-                dt, naive = _timed(lambda: naive_cross_score(model, sample.contexts, sample.traces))
+                dt, naive = timed(naive_cross_score, model, sample.contexts, sample.traces)
                 times["naive"].append(dt)
                 max_diff.append(float((cached - naive).abs().max()))
-        dt, _ = _timed(rollout)
+        dt, _ = timed(rollout)
         times["rollout"].append(dt)
-        dt, _ = _timed(lambda: module.update(batch, Selection(all_groups)))
+        dt, _ = timed(module.update, batch, Selection(all_groups))
         times["update"].append(dt)
         print(f"repeat {rep + 1}/{args.repeats}: " + ", ".join(f"{k} {v[-1]:.3f}s" for k, v in times.items() if v))
 
-    med = {k: statistics.median(v) if v else float("nan") for k, v in times.items()}
+    med = {k: median(v) for k, v in times.items()}
     iteration = med["rollout"] + med["update"]
     freq = cfg.diagnostics.compute_freq
     print(f"\nmedians over {args.repeats} repeats (threads={torch.get_num_threads()}, score batch size {score_bs}):")

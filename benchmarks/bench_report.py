@@ -1,9 +1,9 @@
 """Every benchmark's latest result in one place: ``benchmarks/results/latest.json`` and ``latest.md``.
 
-    python benchmarks/bench_report.py [--results benchmarks/results]
+    python -m benchmarks.bench_report [--results benchmarks/results]
 
 ``make bench`` runs the quick benchmarks (iteration, rollout, filter, proxy), each of which saves its
-own ``<name>.json`` with :func:`save_result`, then this script. It reads whatever results exist, newest
+own ``<name>.json`` with :func:`benchmarks.common.save_result`, then this script. It reads whatever results exist, newest
 run of each, and says for each part which commit and date it came from, so numbers from an older run
 (``make bench-trl`` needs its own ``.venv-trl`` and ~8 minutes, ``make bench-scaling`` ~10) are never
 mistaken for this run's. A part that was never run is listed with the command that makes it.
@@ -15,17 +15,12 @@ separate environment, so a fresh clone reports the committed measurement, labell
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from agentcollapse.progress import peak_rss_mib
+from benchmarks.common import RESULTS, code_changed_since, commit
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 # name -> the command that produces benchmarks/results/<name>.json
 PARTS = {
     "iteration": "make bench-iteration",
@@ -37,44 +32,6 @@ PARTS = {
     "warm_start": "make bench-warm-start",
     "dtype": "make bench-dtype",
 }
-
-
-CODE = ("src", "benchmarks", ":(exclude)benchmarks/results")  # what a measurement depends on (results/ is its output)
-
-
-def commit() -> str:
-    """Short hash of HEAD, with ``+dirty`` when tracked files under src/ or benchmarks/ (but results/) differ from it."""
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
-
-    head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + ("+dirty" if git("status", "--porcelain", "--untracked-files=no", "--", *CODE) else "")
-
-
-def code_changed_since(measured_at: str) -> bool:
-    """Whether src/ or benchmarks/ differ between the commit a result was measured at and the working tree
-    (unknown commits and ``+dirty`` measurements count as changed)."""
-    if measured_at.endswith("+dirty") or measured_at == "unknown":
-        return True
-    diff = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", measured_at, "--", *CODE], capture_output=True)
-    return diff.returncode != 0
-
-
-def save_result(name: str, data: dict[str, Any], out: str | Path = RESULTS) -> Path:
-    """Write ``<out>/<name>.json``: ``data`` plus when, at which commit and by which command it was measured,
-    and the process's peak memory."""
-    record = {
-        "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "commit": commit(),
-        "command": " ".join(sys.argv),
-        "peak_rss_mib": round(peak_rss_mib(), 1),
-        **data,
-    }
-    path = Path(out) / f"{name}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=2, default=str))
-    return path
 
 
 def _fmt(value: Any, digits: int = 2) -> str:

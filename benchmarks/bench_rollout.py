@@ -1,11 +1,11 @@
 """Rollout throughput and warm-start success of the default policy on held-out maps.
 
-    python benchmarks/bench_rollout.py [--episodes 200] [--slips 0,0.1] [key=value overrides ...]
+    python -m benchmarks.bench_rollout [--episodes 200] [--slips 0,0.1] [key=value overrides ...]
 
 Prints generated tokens/s for one P x G training batch, the rollout with the KV cache kept across turns
 against re-encoding every context (``rollout.reuse_kv``; alternating, ``--repeats`` pairs, same tokens
 checked), and held-out success (T=1.0, 0.5, greedy) with 95% Wilson intervals, with and without slip.
-Saves ``benchmarks/results/rollout.json`` for ``bench_report.py``. Not a test: numbers go in issue notes.
+Saves ``benchmarks/results/rollout.json`` for ``benchmarks.bench_report``. Not a test: numbers go in issue notes.
 """
 
 from __future__ import annotations
@@ -15,19 +15,15 @@ import statistics
 
 from agentcollapse.analysis.stats import wilson_interval
 from agentcollapse.run.jobs import config_and_policy, held_out_success, training_batch
-from bench_report import save_result  # benchmarks/ is this script's sys.path[0]
-
-
-def _floats(text: str) -> list[float]:
-    return [float(x) for x in text.split(",") if x.strip()]
+from benchmarks.common import alternating, floats, save_result
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--episodes", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3, help="alternating pairs of the KV-reuse comparison (0: skip it)")
-    ap.add_argument("--slips", type=_floats, default=[0.0, 0.1], help="comma-separated, e.g. 0,0.1")
-    ap.add_argument("--temperatures", type=_floats, default=[1.0, 0.5, 0.0], help="comma-separated; 0 is greedy")
+    ap.add_argument("--slips", type=floats, default=[0.0, 0.1], help="comma-separated, e.g. 0,0.1")
+    ap.add_argument("--temperatures", type=floats, default=[1.0, 0.5, 0.0], help="comma-separated; 0 is greedy")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. env=sokoban model.warm_start.steps=300")
     args = ap.parse_args()
 
@@ -39,12 +35,11 @@ def main() -> None:
     )
     times: dict[bool, list[float]] = {False: [], True: []}
     tokens: dict[bool, list] = {False: [], True: []}
-    for i in range(args.repeats):
-        for reuse in (False, True):
-            policy.reuse_kv_across_turns = reuse
-            b, p = training_batch(policy, cfg, iteration=i)
-            times[reuse].append(p["perf/rollout_time_s"])
-            tokens[reuse].append([[t.response_ids for t in traj.turns] for traj in b.trajectories])
+    for i, reuse in alternating((False, True), args.repeats):
+        policy.reuse_kv_across_turns = reuse
+        b, p = training_batch(policy, cfg, iteration=i)
+        times[reuse].append(p["perf/rollout_time_s"])
+        tokens[reuse].append([[t.response_ids for t in traj.turns] for traj in b.trajectories])
     policy.reuse_kv_across_turns = cfg.rollout.reuse_kv
     record = {
         "P": cfg.rollout.num_prompts,

@@ -1,10 +1,10 @@
 """How an RL iteration's time and memory grow: P, G, the turn cap and the response budget doubled, one at a time.
 
-    python benchmarks/bench_scaling.py [--steps 5] [--threads 1] [overrides ...]
+    python -m benchmarks.bench_scaling [--steps 5] [--threads 1] [overrides ...]
 
 Each row trains FrozenLake (P=8 x G=8, MI proxy at step 1 and every 5 steps, no validation) through the
 CLI with one size doubled. Every row loads the same warm-started policy (``model.path`` of the default
-build, which ``make base-model`` makes), so the turn-cap row does not build a new one. Per phase, the
+build, which ``make base-model`` makes, or this script first), so the turn-cap row does not build a new one. Per phase, the
 mean over steps 2.. (step 1 pays one-off costs); the MI proxy's cost is that of step 5, its first
 step after the one-off one. Peak memory is the run's peak resident set (``wait4``), the whole process.
 
@@ -14,22 +14,18 @@ prompt of the batch (``first_turn_samples=0``; the trajectory samplers, which dr
 pairs, are off), so with the prompts' caches kept its cost should follow P*G*P*|Z|; the table puts the
 measured ratio to the base row beside that model's ratio (|Z|: the realised response length).
 
-Writes ``benchmarks/results/scaling.json`` (for ``bench_report.py``) and ``scaling.md``. Not a test: numbers go in
+Writes ``benchmarks/results/scaling.json`` (for ``benchmarks.bench_report``) and ``scaling.md``. Not a test: numbers go in
 ``docs/performance.md``.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_iteration import PHASES, ROOT, iteration_overrides, measured_train  # noqa: E402
-from bench_report import save_result  # noqa: E402
+from benchmarks.common import PHASES, RESULTS, ROOT, iteration_overrides, measured_train, policy_dir, save_markdown, save_result
 
 # Each row doubles one size of the base config (the defaults below, or the command line's).
 DOUBLED = {
@@ -52,17 +48,6 @@ def size_of(overrides: list[str], key: str) -> int:
     return int(next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith(f"{key}=")), BASE_SIZES[key]))
 
 
-def default_policy_dir() -> Path:
-    from agentcollapse.config import compose
-    from agentcollapse.models.tiny import cache_key
-
-    cfg = compose(["env=frozenlake"])
-    path = Path(cfg.cache_dir) / cache_key(cfg.model, cfg.env)
-    if not (path / "config.json").is_file():
-        raise SystemExit(f"no warm-started FrozenLake policy at {path}: build it first with `make base-model ENV=frozenlake` (~6 min)")
-    return path
-
-
 def summarise(rows: Any, peak_mib: float, num_prompts: int, group_size: int) -> dict[str, float]:
     later = rows[rows["step"] >= 2]
     out = {name: float(later[col].fillna(0.0).mean()) if col in later else 0.0 for name, col in PHASES.items() if name != "proxy"}
@@ -79,12 +64,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=5, help="RL iterations per run (steps 2.. are averaged; the proxy runs at 5)")
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every row")
     args = ap.parse_args()
     base = [
         *iteration_overrides(args.steps, args.threads),
-        f"model.path={default_policy_dir()}",
+        f"model.path={policy_dir(['env=frozenlake'])}",  # the default build
         "diagnostics.first_turn_samples=0",
         "diagnostics.skip_samplers=[trajectory,trajectory_nocopy]",
         *args.overrides,
@@ -99,9 +84,7 @@ def main() -> None:
             table[name] = summarise(frame, peak, p, g)
             print(f"{name} ({' '.join(extra) or 'as given'}): step {table[name]['step']:.2f} s, peak {peak:.0f} MiB", flush=True)
     ref = table["base"]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    save_result("scaling", {"config": base, "threads": args.threads, "rows": table}, out)
+    save_result("scaling", {"config": base, "threads": args.threads, "rows": table}, args.out)
     cols = ["step", "rollout", "scoring", "update", "proxy_step"]
     lines = [
         f"# Scaling: one size doubled per row (FrozenLake, P={size_of(base, 'rollout.num_prompts')} x "
@@ -119,7 +102,7 @@ def main() -> None:
             + f" | {r['step'] / ref['step']:.2f} | {r['peak_mib']:.0f} | {r['proxy_step'] / ref['proxy_step']:.2f}"
             + f" | {r['proxy_cost_model'] / ref['proxy_cost_model']:.2f} |"
         )
-    (out / "scaling.md").write_text("\n".join(lines) + "\n")
+    save_markdown("scaling", lines, args.out)
     print("\n".join(lines))
 
 

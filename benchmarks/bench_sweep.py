@@ -1,29 +1,26 @@
 """Sweep throughput on this machine: trials per hour with N workers x 1 thread against 1 worker x N threads.
 
-    python benchmarks/bench_sweep.py [--trials 4] [--steps 10] [--order split,threaded] [overrides ...]
+    python -m benchmarks.bench_sweep [--trials 4] [--steps 10] [--order split,threaded] [overrides ...]
 
 Runs the same small sweep (``sweeps/grid.yaml`` cut to ``--trials`` trials of ``--steps`` iterations,
 FrozenLake) twice through ``agentcollapse sweep``, once per layout, each in a fresh sweep directory,
 and times each end to end (Python start, warm-start load and every evaluation included: what a user
 waits for). ``split`` is ``--jobs <cores>`` (one thread each, the default), ``threaded`` is ``--jobs 1``
 with every core's thread in its one worker. The step-0 evaluation is shared within each sweep in both
-layouts. Writes ``benchmarks/results/sweep.json`` and ``sweep.md``. Not a test.
+layouts. Writes ``benchmarks/results/sweep.json`` (with the commit and command, as every benchmark's result)
+and ``sweep.md``. Not a test.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from bench_iteration import ROOT  # noqa: E402
+from benchmarks.common import RESULTS, ROOT, save_markdown, save_result, subprocess_env, timed
 
 
 def sweep_overrides(trials: int, steps: int) -> list[str]:
@@ -43,11 +40,8 @@ def sweep_overrides(trials: int, steps: int) -> list[str]:
 
 
 def timed_sweep(jobs: int, overrides: list[str], sweep_dir: Path) -> dict[str, float]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "WANDB_MODE": "disabled"}
     cmd = [sys.executable, "-m", "agentcollapse.cli.main", "sweep", "--name", "grid", "--jobs", str(jobs), "--dir", str(sweep_dir)]
-    started = time.perf_counter()
-    proc = subprocess.run([*cmd, *overrides], env=env, capture_output=True, text=True, cwd=ROOT)
-    wall = time.perf_counter() - started
+    wall, proc = timed(subprocess.run, [*cmd, *overrides], env=subprocess_env(ROOT / "src"), capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
         raise SystemExit(f"sweep --jobs {jobs} failed:\n{proc.stderr[-3000:]}")
     import pandas as pd
@@ -62,7 +56,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=4, help="trials per sweep (a multiple of 4: filter x entropy x seeds)")
     ap.add_argument("--steps", type=int, default=10, help="RL iterations per trial")
     ap.add_argument("--order", default="split,threaded", help="which layout runs first")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every trial")
     args = ap.parse_args()
     cores = os.cpu_count() or 1
@@ -74,9 +68,7 @@ def main() -> None:
             results[name] = timed_sweep(layouts[name], overrides, Path(tmp) / name)
             r = results[name]
             print(f"{name} ({r['jobs']} worker(s)): {r['trials']} trials in {r['wall_s']:.0f} s, {r['trials_per_hour']:.1f}/h", flush=True)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "sweep.json").write_text(json.dumps({"overrides": overrides, "cores": cores, "results": results}, indent=2))
+    save_result("sweep", {"overrides": overrides, "cores": cores, "results": results}, args.out)
     split, threaded = results.get("split"), results.get("threaded")
     lines = [
         f"# Sweep throughput on {cores} cores ({args.trials} trials of {args.steps} iterations, order {args.order})",
@@ -90,7 +82,7 @@ def main() -> None:
     ]
     if split and threaded:
         lines += ["", f"split / threaded throughput: {split['trials_per_hour'] / threaded['trials_per_hour']:.2f}"]
-    (out / "sweep.md").write_text("\n".join(lines) + "\n")
+    save_markdown("sweep", lines, args.out)
     print("\n".join(lines))
 
 

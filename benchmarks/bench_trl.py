@@ -1,7 +1,7 @@
 """Our RL iteration against TRL's ``GRPOTrainer``, side by side, on the same model, task and sizes.
 
     make bench-trl [ARGS="--repeats 2 --steps 4 --threads 2 --max-minutes 12"]
-    .venv-trl/bin/python benchmarks/bench_trl.py [--vocabs natural,49152] [--repeats 2] [--steps 4] [overrides ...]
+    .venv-trl/bin/python -m benchmarks.bench_trl [--vocabs natural,49152] [--repeats 2] [--steps 4] [overrides ...]
 
 TRL is a benchmark-only extra: ``make bench-trl`` creates ``.venv-trl`` (trl==1.16.0 on the versions of
 ``requirements.lock``, plus this project, editable) and runs this script there; the project never
@@ -12,7 +12,7 @@ same token ids), P x G completions per iteration (default 8 x 16 = 128), at most
 (40) each, with the same LoRA (r, alpha, dropout, target modules of ``model=tiny``), sampling at T=1,
 on ``--threads`` torch threads:
 
-* **ours**: ``agentcollapse train`` (the CLI, as ``bench_iteration.py``) with ``env=countdown``,
+* **ours**: ``agentcollapse train`` (the CLI, as ``benchmarks.bench_iteration``) with ``env=countdown``,
   ``model.path=<the model below>`` (``model=tiny``'s LoRA and dtype), GRPO defaults, the MI proxy
   on every step (``diagnostics.compute_freq=1``), no validation, no checkpoints. Per-phase times are
   the run's own ``perf/*`` metrics (``metrics.csv``).
@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -58,21 +57,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_iteration import timed_run_overrides, train_rows  # benchmarks/ is this script's sys.path[0]
-from bench_report import save_result
+from benchmarks.common import (
+    PHASES,
+    RESULTS,
+    ROOT,
+    median,
+    phase_lists,
+    save_markdown,
+    save_result,
+    subprocess_env,
+    timed_run_overrides,
+    train_rows,
+    turn_order,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 SMOLLM2_VOCAB = 49152
 CORPUS_EPISODES = 4000  # demonstration episodes whose words make the tokenizer (the warm start uses the same generator)
 STOP_MARGIN = 2.0  # embedding dimension 0: +STOP_MARGIN for every token, minus it for the stop/pad tokens
 ACCUMULATION = 4  # TRL: gradient_accumulation_steps of the config in the issue
-OURS_PHASES = {
-    "step": "perf/step_time_s",
-    "rollout": "perf/rollout_time_s",
-    "proxy": "perf/collapse_time_s",
-    "scoring": "perf/scoring_time_s",
-    "update": "perf/update_time_s",
-}
 
 
 # -- the shared model ----------------------------------------------------------------------------
@@ -185,17 +187,16 @@ def run_ours(model_dir: Path, args: argparse.Namespace, run_dir: Path) -> dict[s
         *args.overrides,
     ]
     rows = train_rows(ROOT / "src", overrides, run_dir, args.threads)
-    out: dict[str, Any] = {name: rows[col].fillna(0.0).tolist() if col in rows else [] for name, col in OURS_PHASES.items()}
-    out["completion_length"] = rows["rollout/response_length"].tolist()
+    out: dict[str, Any] = phase_lists(rows)
+    out["completion_length"] = out.pop("response_length")
     # what the MI proxy had to score: the share of responses with reasoning, first-turn traces kept
     out["valid_thinking_rate"] = rows["collapse/valid_thinking_rate"].tolist() if "collapse/valid_thinking_rate" in rows else []
     out["proxy_traces"] = rows["collapse/first_turn_num_valid"].tolist() if "collapse/first_turn_num_valid" in rows else []
-    out["tokens_per_s"] = rows["perf/rollout_tokens_per_s"].tolist()
     out["config"] = [*overrides, f"run_dir={run_dir}"]
     return out
 
 
-# -- TRL's side (a worker process: python bench_trl.py --trl-worker ...) --------------------------
+# -- TRL's side (a worker process: python -m benchmarks.bench_trl --trl-worker ...) --------------------------
 def trl_worker(args: argparse.Namespace) -> None:
     import torch
 
@@ -320,7 +321,8 @@ def trl_worker(args: argparse.Namespace) -> None:
 def run_trl(model_dir: Path, args: argparse.Namespace, out_file: Path) -> dict[str, Any]:
     cmd = [
         sys.executable,
-        str(Path(__file__).resolve()),
+        "-m",
+        "benchmarks.bench_trl",
         "--trl-worker",
         str(model_dir),
         "--worker-out",
@@ -328,8 +330,7 @@ def run_trl(model_dir: Path, args: argparse.Namespace, out_file: Path) -> dict[s
         *(f"--{k}={getattr(args, k.replace('-', '_'))}" for k in ("steps", "threads", "prompts", "group", "max-new-tokens")),
         *(f"--trl-arg={a}" for a in args.trl_arg),
     ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_NUM_THREADS": str(args.threads), "WANDB_MODE": "disabled"}
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
+    proc = subprocess.run(cmd, env=subprocess_env(ROOT / "src", args.threads), capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
         raise SystemExit(f"TRL run failed:\n{proc.stderr[-3000:]}")
     data = json.loads(out_file.read_text())
@@ -340,10 +341,6 @@ def run_trl(model_dir: Path, args: argparse.Namespace, out_file: Path) -> dict[s
 def kept(runs: list[dict[str, Any]], key: str) -> list[float]:
     """Every run's values of ``key`` without its first iteration (the warm-up)."""
     return [v for run in runs for v in run.get(key, [])[1:]]
-
-
-def median(values: list[float]) -> float:
-    return statistics.median(values) if values else float("nan")
 
 
 def versions() -> dict[str, str]:
@@ -382,7 +379,7 @@ def main() -> None:
         help="start no pair that would end past this many minutes (estimated from the longest pair so far; 0: no limit)",
     )
     ap.add_argument("--trl-arg", action="append", default=[], help="extra GRPOConfig field, KEY=JSON (e.g. gradient_checkpointing=false)")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--trl-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for our side")
@@ -414,8 +411,7 @@ def main() -> None:
                 break
             pair_started = time.perf_counter()
             for name in vocab_names:
-                order = ("ours", "trl") if rep % 2 == 0 else ("trl", "ours")
-                for side in order:
+                for side in turn_order(("ours", "trl"), rep, swap=True):
                     t0 = time.perf_counter()
                     run_file = Path(tmp) / f"{side}-{name}-{rep}"
                     run = (
@@ -442,7 +438,7 @@ def write_report(args: argparse.Namespace, cfg: Any, results: dict[str, dict[str
             "vocab": res["model"]["vocab"],
             "pairs": min(len(ours), len(trl)),
             "iterations_kept": {"ours": len(kept(ours, "step")), "trl": len(kept(trl, "step"))},
-            "ours_s": {phase: median(kept(ours, phase)) for phase in OURS_PHASES},
+            "ours_s": {phase: median(kept(ours, phase)) for phase in PHASES},
             "trl_s": {phase: median(kept(trl, phase)) for phase in ("step", "interval", "rollout", "rewards_and_advantages", "update")},
             "completion_length": {
                 "ours": sorted({round(v, 3) for run in ours for v in run["completion_length"]}),
@@ -474,9 +470,7 @@ def write_report(args: argparse.Namespace, cfg: Any, results: dict[str, dict[str
         "summary": summary,
         "raw": {name: {"model": res["model"], "ours": res["ours"], "trl": res["trl"]} for name, res in results.items()},
     }
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    save_result("trl", report, out)
+    save_result("trl", report, args.out)
     v = report["settings"]["versions"]
     lines = [
         f"# One RL iteration: ours vs TRL {v['trl']} GRPOTrainer (P={args.prompts} x G={args.group}, {args.max_new_tokens} new tokens, "
@@ -512,7 +506,7 @@ def write_report(args: argparse.Namespace, cfg: Any, results: dict[str, dict[str
         "",
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + f". Wall time {report['settings']['wall_s']:.0f} s.",
     ]
-    (out / "trl.md").write_text("\n".join(lines) + "\n")
+    save_markdown("trl", lines, args.out)
     if final:
         print("\n".join(lines))
 

@@ -1,22 +1,21 @@
 """A pretrained model's warm start: held-out success and format-valid rate before and after, and its build time.
 
-    python benchmarks/bench_warm_start.py [--episodes 64] [--envs frozenlake,sokoban] [key=value overrides ...]
+    python -m benchmarks.bench_warm_start [--episodes 64] [--envs frozenlake,sokoban] [key=value overrides ...]
 
 For each env: the untuned model (``model.warm_start.enabled=false``) and the warm-started one (built
 here unless cached, timed) each play the held-out maps at T=1.0 and T=0.5, one trajectory per map as
 a run's evaluation draws them. Defaults to ``model=smollm2-135m``. Saves
-``benchmarks/results/warm_start.json`` for ``bench_report.py``. Not a test: numbers go in issue notes.
+``benchmarks/results/warm_start.json`` for ``benchmarks.bench_report``. Not a test: numbers go in issue notes.
 """
 
 from __future__ import annotations
 
 import argparse
-import time
 
 from agentcollapse.analysis.stats import wilson_interval
 from agentcollapse.rollout.runner import rollout_metrics
 from agentcollapse.run.jobs import config_and_policy, held_out_rollout
-from bench_report import save_result  # benchmarks/ is this script's sys.path[0]
+from benchmarks.common import csv_list, floats, save_result, timed, with_model
 
 
 def main() -> None:
@@ -25,22 +24,18 @@ def main() -> None:
     ap.add_argument(
         "--untuned-episodes", type=int, default=16, help="held-out maps for the untuned model (it decodes every turn to the budget: slow)"
     )
-    ap.add_argument("--envs", default="frozenlake,sokoban", help="comma-separated")
-    ap.add_argument("--temperatures", default="1.0,0.5", help="comma-separated; 0 is greedy")
+    ap.add_argument("--envs", type=csv_list, default=["frozenlake", "sokoban"], help="comma-separated")
+    ap.add_argument("--temperatures", type=floats, default=[1.0, 0.5], help="comma-separated; 0 is greedy")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides (default model=smollm2-135m)")
     args = ap.parse_args()
-    overrides = args.overrides if any(o.startswith("model=") for o in args.overrides) else ["model=smollm2-135m", *args.overrides]
-    temps = [float(t) for t in args.temperatures.split(",")]
+    overrides = with_model(args.overrides)
     rows = []
-    for env in args.envs.split(","):
+    for env in args.envs:
         for warm in (False, True):
-            started = time.perf_counter()
-            cfg, policy = config_and_policy([*overrides, f"env={env}", f"model.warm_start.enabled={str(warm).lower()}"])
-            ready_s = time.perf_counter() - started
+            ready_s, (cfg, policy) = timed(config_and_policy, [*overrides, f"env={env}", f"model.warm_start.enabled={str(warm).lower()}"])
             n = args.episodes if warm else args.untuned_episodes
-            for temp in temps:
-                t0 = time.perf_counter()
-                batch = held_out_rollout(policy, cfg.env.name, dict(cfg.env.kwargs), n, temp, cfg.rollout.max_new_tokens)
+            for temp in args.temperatures:
+                eval_s, batch = timed(held_out_rollout, policy, cfg.env.name, dict(cfg.env.kwargs), n, temp, cfg.rollout.max_new_tokens)
                 metrics = rollout_metrics(batch)
                 k = int(batch.successes().sum())
                 lo, hi = wilson_interval(k, n)
@@ -54,7 +49,7 @@ def main() -> None:
                     "state_grounding": metrics["rollout/state_grounding"],
                     "response_tokens": metrics["rollout/response_length"],
                     "n": n,
-                    "eval_s": time.perf_counter() - t0,
+                    "eval_s": eval_s,
                     "policy_ready_s": ready_s,
                 }
                 rows.append(row)

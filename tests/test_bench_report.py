@@ -1,4 +1,5 @@
-"""benchmarks/bench_report.py (`make bench`'s last step) folds each benchmark's saved result into one report."""
+"""benchmarks.bench_report (`make bench`'s last step) folds each benchmark's saved result (benchmarks.common.save_result)
+into one report."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ import sys
 
 import pytest
 
-from tests.conftest import load_benchmark
-
 
 @pytest.fixture(scope="module")
 def bench_report():
-    return load_benchmark("bench_report")
+    from benchmarks import bench_report  # the repository root is on pytest's path
+
+    return bench_report
 
 
 def filter_result() -> dict:
@@ -20,8 +21,10 @@ def filter_result() -> dict:
     return {"P": 8, "G": 16, "repeats": 2, "rows": rows}
 
 
-def test_saved_results_carry_their_provenance(bench_report, tmp_path):
-    path = bench_report.save_result("filter", filter_result(), tmp_path)
+def test_saved_results_carry_their_provenance(tmp_path):
+    from benchmarks.common import save_result
+
+    path = save_result("filter", filter_result(), tmp_path)
     record = json.loads(path.read_text())
     assert path == tmp_path / "filter.json"
     assert record["commit"] and record["measured_at"] and record["peak_rss_mib"] > 0
@@ -29,7 +32,9 @@ def test_saved_results_carry_their_provenance(bench_report, tmp_path):
 
 
 def test_report_renders_what_exists_and_names_the_command_for_the_rest(bench_report, tmp_path, monkeypatch, capsys):
-    bench_report.save_result("filter", filter_result(), tmp_path)
+    from benchmarks.common import save_result
+
+    save_result("filter", filter_result(), tmp_path)
     (tmp_path / "proxy.json").write_text("{not json")  # a half-written file reads as not measured
     monkeypatch.setattr(sys, "argv", ["bench_report.py", "--results", str(tmp_path)])
     bench_report.main()

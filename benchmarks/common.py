@@ -1,0 +1,201 @@
+"""What the benchmarks share: where results go and the provenance each carries, timing, alternating
+arms, the timed training run (``agentcollapse train`` in a subprocess) and the configs they compose.
+
+Every benchmark runs from the repository root as a module, ``python -m benchmarks.<name>`` (the
+Makefile's ``bench-*`` targets), so it imports this one as ``benchmarks.common``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agentcollapse.progress import peak_rss_mib
+
+T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+CODE = ("src", "benchmarks", ":(exclude)benchmarks/results")  # what a measurement depends on (results/ is its output)
+# The per-phase times every training run logs (perf/*), by the names the benchmarks report them under.
+PHASES = {
+    "step": "perf/step_time_s",
+    "rollout": "perf/rollout_time_s",
+    "scoring": "perf/scoring_time_s",
+    "update": "perf/update_time_s",
+    "proxy": "perf/collapse_time_s",
+}
+
+
+# -- results and their provenance ----------------------------------------------------------------
+def _git(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+
+
+def commit() -> str:
+    """Short hash of HEAD, with ``+dirty`` when tracked files under src/ or benchmarks/ (but results/) differ from it."""
+    head = _git("rev-parse", "--short", "HEAD").stdout.strip() or "unknown"
+    return head + ("+dirty" if _git("status", "--porcelain", "--untracked-files=no", "--", *CODE).stdout.strip() else "")
+
+
+def code_changed_since(measured_at: str) -> bool:
+    """Whether src/ or benchmarks/ differ between the commit a result was measured at and the working tree
+    (unknown commits and ``+dirty`` measurements count as changed)."""
+    if measured_at.endswith("+dirty") or measured_at == "unknown":
+        return True
+    return _git("diff", "--quiet", measured_at, "--", *CODE).returncode != 0
+
+
+def command() -> str:
+    """This process's command line, as ``python -m <module> ...`` when it was started with ``-m``."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return " ".join([f"python -m {spec.name}" if spec is not None else sys.argv[0], *sys.argv[1:]])
+
+
+def save_result(name: str, data: dict[str, Any], out: str | Path = RESULTS) -> Path:
+    """Write ``<out>/<name>.json``: ``data`` plus when, at which commit and by which command it was measured,
+    and the process's peak memory."""
+    record = {
+        "measured_at": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "commit": commit(),
+        "command": command(),
+        "peak_rss_mib": round(peak_rss_mib(), 1),
+        **data,
+    }
+    path = Path(out) / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, default=str))
+    return path
+
+
+def save_markdown(name: str, lines: list[str], out: str | Path = RESULTS) -> Path:
+    """Write ``<out>/<name>.md`` from its lines."""
+    path = Path(out) / f"{name}.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# -- timing and alternation ----------------------------------------------------------------------------
+def timed(fn: Callable[..., T], *args: Any, **kwargs: Any) -> tuple[float, T]:
+    """(wall seconds, result) of ``fn(*args, **kwargs)``."""
+    started = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return time.perf_counter() - started, out
+
+
+def median(values: Sequence[float]) -> float:
+    """The median, nan when there are no values."""
+    return statistics.median(values) if values else float("nan")
+
+
+def turn_order(arms: Sequence[T], rep: int, swap: bool = False) -> Sequence[T]:
+    """The arms in the order round ``rep`` runs them: as given, or reversed every other round with ``swap``
+    (ABBA: neither arm always runs first, after the other has warmed the machine)."""
+    return arms[::-1] if swap and rep % 2 else arms
+
+
+def alternating(arms: Sequence[T], repeats: int, swap: bool = False) -> Iterator[tuple[int, T]]:
+    """(round, arm) for ``repeats`` rounds of every arm in turn, so machine noise hits each arm alike."""
+    for rep in range(repeats):
+        for arm in turn_order(arms, rep, swap):
+            yield rep, arm
+
+
+# -- command lines -------------------------------------------------------------------------------------
+def floats(text: str) -> list[float]:
+    """A comma-separated list of floats (an argparse ``type``)."""
+    return [float(x) for x in csv_list(text)]
+
+
+def csv_list(text: str) -> list[str]:
+    """A comma-separated list, blanks dropped (an argparse ``type``)."""
+    return [x.strip() for x in text.split(",") if x.strip()]
+
+
+def with_model(overrides: list[str], model: str = "smollm2-135m") -> list[str]:
+    """``overrides`` with ``model=<model>`` first unless they choose a model themselves."""
+    return overrides if any(o.startswith("model=") for o in overrides) else [f"model={model}", *overrides]
+
+
+# -- configs and timed training runs ---------------------------------------------------------------------
+def timed_run_overrides(steps: int, threads: int) -> list[str]:
+    """A run timed by its own perf/* metrics: no validation, no checkpoints, no live bar, CSV only."""
+    return [
+        f"trainer.max_steps={steps}",
+        "trainer.val_every=0",
+        "trainer.checkpoint_every=0",
+        f"trainer.num_threads={threads}",
+        "trainer.progress_bar=false",
+        "logger=csv",
+    ]
+
+
+def iteration_overrides(steps: int, threads: int) -> list[str]:
+    """The benchmarked iteration: FrozenLake P=8 x G=8, the MI proxy at step 1 and every 5 steps, timed."""
+    return [
+        "env=frozenlake",
+        "rollout.num_prompts=8",
+        "rollout.group_size=8",
+        "diagnostics.compute_freq=5",
+        *timed_run_overrides(steps, threads),
+    ]
+
+
+def policy_dir(overrides: list[str]) -> Path:
+    """The warm-started policy ``overrides`` train (built here first if missing, as ``make base-model`` does)."""
+    from agentcollapse.config import compose
+    from agentcollapse.models.policy import resolve_model_dir
+
+    cfg = compose(overrides)
+    return Path(resolve_model_dir(cfg.model, cfg.env, cfg.cache_dir))
+
+
+def subprocess_env(src: Path, threads: int | None = None) -> dict[str, str]:
+    """The environment of a child process that runs the code under ``src``: no wandb, and ``threads``
+    OpenMP threads when given."""
+    env = {**os.environ, "PYTHONPATH": str(src), "WANDB_MODE": "disabled"}
+    if threads is not None:
+        env["OMP_NUM_THREADS"] = str(threads)
+    return env
+
+
+def measured_train(src: Path, overrides: list[str], run_dir: Path, threads: int) -> tuple[Any, float]:
+    """(every metrics.csv row by step, step 0's evaluation included; peak resident memory in MiB) of one
+    ``agentcollapse train`` of the code under ``src``. Output goes to ``<run_dir>.log``, a pipe nobody
+    reads could fill up and stall it."""
+    import pandas as pd
+
+    cmd = [sys.executable, "-m", "agentcollapse.cli.main", "train", *overrides, f"run_dir={run_dir}"]
+    log = run_dir.parent / f"{run_dir.name}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, env=subprocess_env(src, threads), stdout=out, stderr=subprocess.STDOUT, cwd=src.parent)
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not every child's maximum
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"run failed ({src}):\n{log.read_text()[-3000:]}")
+    rows = pd.read_csv(run_dir / "metrics.csv")
+    return rows.sort_values("step"), usage.ru_maxrss / 1024  # Linux: KiB
+
+
+def train_rows(src: Path, overrides: list[str], run_dir: Path, threads: int) -> Any:
+    """The metrics.csv rows after step 0 of one ``agentcollapse train`` of the code under ``src``."""
+    rows = measured_train(src, overrides, run_dir, threads)[0]
+    return rows[rows["step"] >= 1]
+
+
+def phase_lists(rows: Any) -> dict[str, list[float]]:
+    """Per-step values of each phase and of the rollout's size from one run's rows."""
+    out = {name: rows[col].fillna(0.0).tolist() if col in rows else [] for name, col in PHASES.items()}
+    out["tokens_per_s"] = rows["perf/rollout_tokens_per_s"].tolist()
+    out["response_length"] = rows["rollout/response_length"].tolist()
+    out["num_turns"] = rows["rollout/num_turns"].tolist()
+    return out
