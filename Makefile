@@ -31,12 +31,12 @@ $(STAMP): requirements.lock requirements-nodeps.lock pyproject.toml
 venv: $(STAMP) ## create or refresh the virtual environment
 
 lint: $(STAMP) ## ruff check and format check (run by make test)
-	$(BIN)/ruff check src tests benchmarks analysis
-	$(BIN)/ruff format --check src tests benchmarks analysis
+	$(BIN)/ruff check src tests benchmarks scripts analysis
+	$(BIN)/ruff format --check src tests benchmarks scripts analysis
 
 format: $(STAMP) ## apply ruff's fixes and formatting
-	$(BIN)/ruff check --fix src tests benchmarks analysis
-	$(BIN)/ruff format src tests benchmarks analysis
+	$(BIN)/ruff check --fix src tests benchmarks scripts analysis
+	$(BIN)/ruff format src tests benchmarks scripts analysis
 
 test: lint ## lint, then the test suite (slow end-to-end tests included; < 15 min on 2 cores)
 	$(BIN)/python -m pytest -q
@@ -118,7 +118,7 @@ doctor: $(STAMP) ## check versions, cache dirs, tiny model build, wandb mode, di
 	$(BIN)/agentcollapse doctor
 
 gpu-check: $(STAMP) ## on CUDA: 3 iterations of model=smollm2-135m on 1 GPU, then DDP on all; step time, tokens/s, peak memory (CPU: a no-op)
-	$(BIN)/python benchmarks/gpu_check.py $(ARGS)
+	$(BIN)/python -m scripts.gpu_check $(ARGS)
 
 clean-venv: ## remove the virtual environment
 	rm -rf $(VENV)

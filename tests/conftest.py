@@ -3,10 +3,7 @@ tokenizer, real LoRA; only the sizes shrink)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
-from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
@@ -31,14 +28,6 @@ TINY_OVERRIDES = [
 ]
 
 
-def load_benchmark(name: str) -> ModuleType:
-    """``benchmarks/<name>.py`` as a module (benchmarks/ is not a package: its scripts run by path)."""
-    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory):
     return str(tmp_path_factory.mktemp("cache"))
@@ -46,7 +35,7 @@ def cache_dir(tmp_path_factory):
 
 @pytest.fixture()
 def make_cfg(cache_dir, tmp_path):
-    from agentcollapse.config import compose as compose_config
+    from agentcollapse.config.compose import compose as compose_config
 
     def _make(*overrides: str):
         cfg = compose_config([*TINY_OVERRIDES, f"cache_dir={cache_dir}", *overrides])

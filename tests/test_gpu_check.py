@@ -1,15 +1,15 @@
-"""benchmarks/gpu_check.py (`make gpu-check`) is harmless without CUDA, and plans its phases from the GPUs seen."""
+"""scripts.gpu_check (`make gpu-check`) is harmless without CUDA, and plans its phases from the GPUs seen."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.conftest import load_benchmark
-
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    return load_benchmark("gpu_check")
+    from scripts import gpu_check  # the repository root is on pytest's path
+
+    return gpu_check
 
 
 def test_without_cuda_it_says_so_and_exits_0(gpu_check, monkeypatch, capsys):

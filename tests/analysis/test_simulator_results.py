@@ -1,22 +1,12 @@
-"""The simulator sweep that docs/results.md publishes: benchmarks/collapse_simulator_demo.py --out."""
-
-import importlib.util
-from pathlib import Path
+"""The simulator sweep that docs/results.md publishes: python -m scripts.collapse_simulator_demo --out."""
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _demo():
-    spec = importlib.util.spec_from_file_location("collapse_simulator_demo", ROOT / "benchmarks" / "collapse_simulator_demo.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_simulator_sweep_writes_csv_markdown_and_plot(tmp_path):
-    _demo().main(["--out", str(tmp_path), "--weights", "0", "1", "--seeds", "0", "--num-prompts", "4", "--group-size", "4"])
+    from scripts import collapse_simulator_demo  # the repository root is on pytest's path
+
+    collapse_simulator_demo.main(["--out", str(tmp_path), "--weights", "0", "1", "--seeds", "0", "--num-prompts", "4", "--group-size", "4"])
     frame = pd.read_csv(tmp_path / "simulator.csv")
     assert len(frame) == 4  # 2 weights x 2 diversities x 1 seed
     for d in (0.0, 1.0):

@@ -175,7 +175,7 @@ def plot_regimes(
 
 def plot_simulator(frame: pd.DataFrame, path: str | Path) -> Path:
     """The simulator sweep (one row per template weight, diversity and seed, as
-    ``benchmarks/collapse_simulator_demo.py --out`` writes it): conditional entropy against retrieval
+    ``python -m scripts.collapse_simulator_demo --out`` writes it): conditional entropy against retrieval
     accuracy (left, with its chance level) and against the MI estimate (right), coloured by template
     weight, one marker per diversity. Template collapse is the move down at constant entropy."""
     fig = Figure(figsize=(11, 4.5), layout="constrained")

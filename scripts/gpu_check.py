@@ -1,6 +1,6 @@
 """GPU smoke check: a few iterations of model=smollm2-135m on 1 GPU, then DDP on every visible GPU.
 
-    python benchmarks/gpu_check.py [--steps 3] [key=value overrides ...]      (or `make gpu-check`)
+    python -m scripts.gpu_check [--steps 3] [key=value overrides ...]      (or `make gpu-check`)
 
 Each phase is a real `agentcollapse train` run (a subprocess: Lightning's DDP relaunches the command
 line, so the run cannot live in this process), and this script only reads back its metrics.csv:

@@ -7,8 +7,8 @@ METHOD.md section 2 (diverse / template collapse / compressed / low-entropy coll
 sweeps every weight at diversity 0 and 1 over ``--seeds`` and writes ``simulator.csv`` (one row per
 weight, diversity and seed), ``simulator.md`` (mean and spread per cell) and ``simulator.png``.
 
-    .venv/bin/python benchmarks/collapse_simulator_demo.py --help
-    .venv/bin/python benchmarks/collapse_simulator_demo.py --out docs/results --seeds 0 1 2   # docs/results.md
+    .venv/bin/python -m scripts.collapse_simulator_demo --help
+    .venv/bin/python -m scripts.collapse_simulator_demo --out docs/results --seeds 0 1 2   # docs/results.md
 """
 
 from __future__ import annotations
