@@ -25,7 +25,7 @@ $(STAMP): requirements.lock requirements-nodeps.lock pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -r requirements.lock
 	$(BIN)/pip install -q --no-deps -r requirements-nodeps.lock
-	$(BIN)/pip install -q --no-deps -e .
+	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
 venv: $(STAMP) ## create or refresh the virtual environment

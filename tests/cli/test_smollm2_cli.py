@@ -31,7 +31,7 @@ SMOLLM2_OVERRIDES = [
 
 @pytest.mark.slow
 def test_smollm2_trains_two_iterations_and_resumes_exactly(tmp_path, cache_dir):
-    from agentcollapse.config import compose
+    from agentcollapse.config.compose import compose
     from agentcollapse.models.policy import resolve_model_dir
 
     # Build the warm start once here: the two runs below start together (one thread each on the two

@@ -9,7 +9,8 @@ import typing
 
 import pytest
 
-from agentcollapse.config import RunConfig, compose, field_help, group_options, to_yaml
+from agentcollapse.config import RunConfig, field_help, group_options
+from agentcollapse.config.compose import compose, to_yaml
 from agentcollapse.errors import UserError
 
 GROUPS = ("env", "model", "algorithm", "filter", "callbacks", "trainer", "logger", "experiment")
@@ -47,9 +48,11 @@ HUB_PRESETS = ("qwen2.5-0.5b", "qwen2.5-3b", "qwen2.5-7b", "llama3.2-3b")
 @pytest.mark.parametrize("preset", HUB_PRESETS)
 def test_hub_preset_without_weights_names_the_download_command(preset, tmp_path, cache_dir):
     assert preset in group_options("model")
+    from agentcollapse.run import preflight
+
     missing = tmp_path / "no_weights"
-    with pytest.raises(UserError) as err:
-        compose([f"model={preset}", f"model.path={missing}", f"cache_dir={cache_dir}"])
+    with pytest.raises(UserError) as err:  # the model directory is a disk check: the run's preflight, before anything heavy
+        preflight(compose([f"model={preset}", f"model.path={missing}", f"cache_dir={cache_dir}"]), claim_run_dir=False)
     cfg = compose([f"model={preset}", f"model.path={_fake_causal_lm(tmp_path)}", f"cache_dir={cache_dir}"])
     line = str(err.value)
     assert "\n" not in line and f"huggingface-cli download {cfg.model.hub_id} --local-dir {missing}" in line
@@ -110,8 +113,10 @@ def test_train_help_prints_every_group_and_field(capsys):
 
 
 @pytest.mark.slow
-def test_a_plain_install_ships_every_config_file(tmp_path):
-    # conf/ is found through the installed package, so a non-editable `pip install .` must carry it.
+def test_a_plain_install_ships_conf_and_composes_every_config(tmp_path):
+    # conf/ is one copy at the top of the repository; a non-editable `pip install .` carries it inside the
+    # package (pyproject's force-include), where the installed package finds it and composes from it.
+    import os
     import subprocess
     import sys
     import zipfile
@@ -119,14 +124,30 @@ def test_a_plain_install_ships_every_config_file(tmp_path):
 
     from agentcollapse.config import CONF_DIR
 
-    root = Path(CONF_DIR).parents[2]
+    root = Path(__file__).resolve().parents[2]
+    assert Path(CONF_DIR) == root / "conf"  # this checkout (editable install) reads the top-level conf/
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(root)], check=True
     )
     (wheel,) = tmp_path.glob("*.whl")
-    shipped = {n for n in zipfile.ZipFile(wheel).namelist() if n.endswith(".yaml")}
+    names = zipfile.ZipFile(wheel).namelist()
+    shipped = {n for n in names if n.endswith(".yaml")}
     expected = {f"agentcollapse/conf/{p.relative_to(CONF_DIR)}" for p in Path(CONF_DIR).rglob("*.yaml")}
     assert expected and expected <= shipped, sorted(expected - shipped)
+    assert "hydra_plugins/agentcollapse_sweeper/sweeper.py" in names
+    site = tmp_path / "site"
+    zipfile.ZipFile(wheel).extractall(site)  # the wheel's files as a non-editable install lays them out
+    check = (  # PYTHONPATH comes before the editable install's src/ on sys.path
+        "import agentcollapse; from pathlib import Path;"
+        "from agentcollapse.config import CONF_DIR, group_options; from agentcollapse.config.compose import compose;"
+        "assert Path(CONF_DIR) == Path(agentcollapse.__file__).parent / 'conf', CONF_DIR;"
+        "[compose([f'{g}={o}', 'cache_dir=/tmp/unused']) for g in ('env', 'algorithm', 'filter', 'trainer', 'callbacks') for o in group_options(g)];"
+        "print('composed', CONF_DIR)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", check], env={**os.environ, "PYTHONPATH": str(site)}, capture_output=True, text=True, cwd=tmp_path
+    )
+    assert out.returncode == 0 and f"composed {site / 'agentcollapse' / 'conf'}" in out.stdout, out.stderr[-2000:]
 
 
 def test_skip_samplers_defaults_and_names_are_checked(cache_dir):

@@ -34,7 +34,7 @@ def smollm2_path(converted):
 @pytest.fixture(scope="session")
 def smollm2_policy(smollm2_path, cache_dir):
     """The untuned SmolLM2 with a LoRA adapter, as `model=smollm2-135m model.warm_start.enabled=false` loads it."""
-    from agentcollapse.config import compose
+    from agentcollapse.config.compose import compose
     from agentcollapse.models.policy import load_policy
 
     cfg = compose(["model=smollm2-135m", "model.warm_start.enabled=false", f"cache_dir={cache_dir}"])
@@ -142,7 +142,7 @@ def test_multi_turn_contexts_keep_the_sampled_tokens(smollm2_policy):
 
 
 def test_warm_start_is_built_once_under_its_key(smollm2_path, cache_dir):
-    from agentcollapse.config import compose
+    from agentcollapse.config.compose import compose
     from agentcollapse.models.policy import resolve_model_dir
     from agentcollapse.models.warm_start import warm_start_key
 
@@ -169,7 +169,7 @@ def _copy_model(src, dst):
 
 
 def test_a_model_without_chat_template_is_one_clear_line(smollm2_path, tmp_path, cache_dir):
-    from agentcollapse.config import compose
+    from agentcollapse.config.compose import compose
     from agentcollapse.models.policy import resolve_model_dir
 
     bare = _copy_model(smollm2_path, tmp_path / "bare")
@@ -183,7 +183,7 @@ def test_a_model_without_chat_template_is_one_clear_line(smollm2_path, tmp_path,
 
 
 def test_a_tokenizer_without_eos_is_one_clear_line(smollm2_path, tmp_path, cache_dir):
-    from agentcollapse.config import compose
+    from agentcollapse.config.compose import compose
     from agentcollapse.models.policy import resolve_model_dir
 
     no_eos = _copy_model(smollm2_path, tmp_path / "no-eos")
@@ -197,7 +197,7 @@ def test_a_tokenizer_without_eos_is_one_clear_line(smollm2_path, tmp_path, cache
 
 
 def test_lora_targets_that_do_not_exist_are_one_clear_line(smollm2_path, cache_dir):
-    from agentcollapse.config import compose
+    from agentcollapse.config.compose import compose
     from agentcollapse.models.policy import load_policy
 
     cfg = compose(

@@ -37,7 +37,7 @@ def test_unset_warm_start_options_keep_the_cache_key(make_cfg):
 
 
 def test_single_turn_envs_bring_their_warm_start_and_overrides_still_win():
-    from agentcollapse.config import compose as compose_config
+    from agentcollapse.config.compose import compose as compose_config
 
     assert compose_config(["env=frozenlake"]).model.warm_start.batch_tokens is None
     for env in ("math", "countdown"):

@@ -10,9 +10,10 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 import hydra_plugins.agentcollapse_sweeper.sweeper  # noqa: F401  (registers hydra/sweeper=agentcollapse)
-from agentcollapse.config import CONF_DIR, register_configs
+from agentcollapse.config import CONF_DIR
+from agentcollapse.config.compose import register_configs
+from agentcollapse.sweep.settings import SweepSettings
 from agentcollapse.sweep.space import parse_space
-from agentcollapse.sweep.study import SweepSettings
 
 SWEEPS = Path(__file__).resolve().parents[2] / "sweeps"
 
@@ -42,7 +43,7 @@ def test_the_default_grid():
     assert {p["filter"] for p in grid} >= {"none"}  # filter=none: every group trains
     cells = Counter(tuple(sorted((k, v) for k, v in p.items() if k != "seed")) for p in grid)
     assert min(cells.values()) >= 2
-    assert cfg.hydra.sweeper.summary_key == "peak_after_update" and cfg.hydra.sweeper.objective == "val/success_rate_t1"
+    assert cfg.hydra.sweeper.summary_key == "final" and cfg.hydra.sweeper.objective == "val/success_rate_t1"
     assert cfg.trainer.val_every > 0 and cfg.trainer.devices == 1
 
 
@@ -51,7 +52,7 @@ def test_the_default_grid():
 def test_every_sweep_file_composes_with_every_env(name, env, tmp_path):
     # The first and last trial of a grid (the fixed overrides alone for a search) make a valid run
     # config on every env; the slip study is FrozenLake's knob and is refused elsewhere, clearly.
-    from agentcollapse.config import compose as compose_run
+    from agentcollapse.config.compose import compose as compose_run
     from agentcollapse.errors import UserError
 
     cfg = _compose(name)

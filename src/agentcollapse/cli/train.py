@@ -13,7 +13,8 @@ from pathlib import Path
 
 from omegaconf import DictConfig
 
-from agentcollapse.config import CONF_DIR, compose, register_configs
+from agentcollapse.config import CONF_DIR
+from agentcollapse.config.compose import compose, register_configs
 from agentcollapse.errors import UserError
 
 __all__ = ["main", "preflight"]

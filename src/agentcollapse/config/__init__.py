@@ -1,8 +1,12 @@
-"""The config layer: typed schemas with per-field help (``schema``), composition from ``conf/`` and
-the one path to a checked run config (``compose``), and preset resolution (``resolve``)."""
+"""The config layer, at the bottom of the package: typed schemas with per-field help (``schema``) and
+where the config files are (``conf_files``). Importing it pulls in nothing else of the package.
 
-from agentcollapse.config.compose import CONF_DIR, compose, group_options, hydra_message, load_run_config, register_configs, to_yaml
-from agentcollapse.config.resolve import algorithm_preset, resolve_presets
+Above the registries sit composition from ``conf/`` into a checked run config (``config.compose``), the
+checks of names against the registries (``config.validate``) and preset resolution (``config.resolve``):
+import them by their module path.
+"""
+
+from agentcollapse.config.conf_files import CONF_DIR, group_options
 from agentcollapse.config.schema import (
     AlgorithmConfig,
     DiagnosticsConfig,
@@ -35,13 +39,6 @@ __all__ = [
     "TrainerConfig",
     "WandbConfig",
     "WarmStartConfig",
-    "algorithm_preset",
-    "compose",
     "field_help",
     "group_options",
-    "hydra_message",
-    "load_run_config",
-    "register_configs",
-    "resolve_presets",
-    "to_yaml",
 ]

@@ -1,9 +1,9 @@
-"""Compose a run's config from ``conf/`` (shipped inside the package, so a plain ``pip install .``
-finds it) and turn it into a checked, resolved :class:`RunConfig`.
+"""Compose a run's config from ``conf/`` (``config.conf_files`` finds it in a checkout and in a wheel)
+and turn it into a checked, resolved :class:`RunConfig`.
 
 :func:`load_run_config` is the one way from a Hydra ``DictConfig`` to a run config: unknown keys are
 errors (``+trainer.max_stepz=3`` would otherwise be dropped silently), every section validates itself,
-and the algorithm preset is resolved. :func:`compose` does the same outside a Hydra app (benchmarks,
+every name is checked against its registry (``config.validate``), and the algorithm preset is resolved. :func:`compose` does the same outside a Hydra app (benchmarks,
 tests, the CLI's preflight). Every failure is a one-line :class:`UserError` that names the fix.
 """
 
@@ -12,11 +12,11 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
-from pathlib import Path
 from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from agentcollapse.config.conf_files import CONF_DIR, group_options
 from agentcollapse.config.resolve import resolve_presets
 from agentcollapse.config.schema import (
     AlgorithmConfig,
@@ -29,11 +29,10 @@ from agentcollapse.config.schema import (
     RunConfig,
     TrainerConfig,
 )
+from agentcollapse.config.validate import validate
 from agentcollapse.errors import UserError
 
-__all__ = ["CONF_DIR", "compose", "group_options", "hydra_message", "load_run_config", "register_configs", "to_yaml"]
-
-CONF_DIR = str(Path(__file__).resolve().parents[1] / "conf")
+__all__ = ["compose", "hydra_message", "load_run_config", "register_configs", "to_yaml"]
 
 SCHEMAS: dict[str, type] = {
     "env": EnvConfig,
@@ -55,11 +54,6 @@ def register_configs() -> None:
     cs.store(name="run_schema", node=RunConfig)
     for group, node in SCHEMAS.items():
         cs.store(group=group, name=f"{group}_schema", node=node)
-
-
-def group_options(group: str) -> list[str]:
-    """The choices of a config group: the YAML files under conf/<group>/."""
-    return sorted(p.stem for p in (Path(CONF_DIR) / group).glob("*.yaml"))
 
 
 def compose(overrides: list[str], config_dir: str | None = None, config_name: str = "config") -> RunConfig:
@@ -95,7 +89,7 @@ def load_run_config(cfg: DictConfig | RunConfig) -> RunConfig:
         if not isinstance(obj, RunConfig):
             raise UserError("config does not follow the run schema (compose it from conf/config.yaml)")
         cfg = obj
-    cfg.validate()
+    validate(cfg)
     return resolve_presets(cfg)
 
 

@@ -2,10 +2,12 @@
 help (``agentcollapse train --help`` prints them per group).
 
 Hydra validates every override against these dataclasses (a typo or a wrong type is an error), and code
-reads the same objects, so the YAML files under ``conf/`` only choose values. Each section checks its own
-numbers in ``validate()``; checks that span sections live in :meth:`RunConfig.validate`. Names (envs,
-filter scores and strategies, algorithms, estimators) are checked against the registries that define
-them, so an error lists exactly the names that exist.
+reads the same objects, so the YAML files under ``conf/`` only choose values. This module is pure data at
+the bottom of the package's layers: each section checks its own numbers in ``validate()`` (as TRL's
+``__post_init__``), and it imports nothing of the package above ``errors`` and ``seeds``. Names (envs, filter scores and
+strategies, algorithms, estimators, samplers) are checked against the registries that define them in
+:mod:`agentcollapse.config.validate`; checks that touch the disk (a model directory, its chat template)
+run in the run layer's preflight.
 
 Algorithm fields left ``None`` in YAML mean "the preset's value" (``algorithms.presets``);
 :func:`agentcollapse.config.resolve.resolve_presets` fills them once, so a run's ``config.yaml`` says
@@ -19,6 +21,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Optional
 
 from agentcollapse.errors import UserError
+from agentcollapse.seeds import MAX_RESAMPLE_ROUNDS
 
 __all__ = [
     "AlgorithmConfig",
@@ -83,9 +86,8 @@ class EnvConfig:
     kwargs: dict[str, Any] = opt(factory=dict, help="keyword arguments of the env's constructor (e.g. frozenlake slip, size)")
 
     def validate(self) -> None:
-        from agentcollapse import envs
-
-        envs.make(self.name, **dict(self.kwargs))  # unknown env or bad env.kwargs -> UserError
+        if not isinstance(self.name, str) or not self.name:
+            raise UserError("env.name is empty; choose with env=<name> (e.g. env=frozenlake)")
 
 
 @dataclass
@@ -160,19 +162,10 @@ class ModelConfig:
     lora: LoraConfig = opt(factory=LoraConfig, help="LoRA adapter settings")
 
     def validate(self) -> None:
-        from agentcollapse.models.policy import DTYPES, MODEL_NAMES, check_causal_lm_dir, hf_path_message
-
-        _one_of("model.dtype", self.dtype, tuple(DTYPES))
         self.lora.validate()
         if self.name == "tiny" or self.warm_start.enabled:
             self.warm_start.validate()
-        if self.path:
-            check_causal_lm_dir(self.path, self.hub_id)
-            return
-        _one_of("model", self.name, MODEL_NAMES, "choose with model=<name>, or set model.path=<dir>")
-        if self.name == "hf":
-            raise UserError(hf_path_message(None, self.hub_id))
-        if self.name == "tiny":
+        if self.name == "tiny" and not self.path:
             for key in ("hidden_size", "num_layers", "num_heads", "intermediate_size"):
                 _at_least(f"model.{key}", getattr(self, key), 1)
             if self.hidden_size % self.num_heads:
@@ -237,15 +230,10 @@ class AlgorithmConfig:
             _finite(f"algorithm.{key}", getattr(self, key))
         for key in ("ppo_epochs", "micro_batch_size", "max_nonfinite_steps"):
             _at_least(f"algorithm.{key}", getattr(self, key), 1)
-        from agentcollapse.seeds import MAX_RESAMPLE_ROUNDS
-
         _at_least("algorithm.max_resample_rounds", self.max_resample_rounds, 0)
         _at_least("algorithm.mini_batch_size", self.mini_batch_size, 0)
         if self.max_resample_rounds > MAX_RESAMPLE_ROUNDS:
             raise UserError(f"algorithm.max_resample_rounds={self.max_resample_rounds} must be <= {MAX_RESAMPLE_ROUNDS}")
-        from agentcollapse.config.resolve import algorithm_preset
-
-        algorithm_preset(self)  # unknown preset or estimator, or settings the preset rejects -> UserError
 
 
 @dataclass
@@ -280,22 +268,9 @@ class FilterConfig:
         options["value"] = tuple(value) if isinstance(value, (list, tuple)) else value
         return options
 
-    def validate(self, group_size: int | None = None) -> None:
-        from agentcollapse.config.compose import group_options
-        from agentcollapse.filtering import check_settings, score_names, strategy_names
-
+    def validate(self) -> None:
         _at_least("filter.max_empty_steps", self.max_empty_steps, 1)
         _at_least("filter.trajectory_k", self.trajectory_k, 0)
-        presets = group_options("filter")
-        _one_of("filter", self.name, presets, "choose with filter=<name>")
-        if self.name == "none":
-            return
-        _one_of("filter.metric", self.metric, score_names())
-        _one_of("filter.strategy", self.strategy, strategy_names())
-        try:
-            check_settings(**self.filter_options(), group_size=group_size)
-        except UserError as exc:
-            raise UserError(f"filter={self.name}: {exc}") from None
 
 
 @dataclass
@@ -327,13 +302,7 @@ class DiagnosticsConfig:
     early_stop_min_step: int = opt(1, help="readings before this iteration are ignored")
 
     def validate(self) -> None:
-        from agentcollapse.diagnostics import sampler_names
-        from agentcollapse.filtering import BUCKET_MODES
-
         _at_least("diagnostics.first_turn_samples", self.first_turn_samples, 0)
-        for name in self.skip_samplers:
-            _one_of("diagnostics.skip_samplers[]", name, sampler_names())
-        _one_of("diagnostics.grad_buckets_mode", self.grad_buckets_mode, tuple(BUCKET_MODES))
         _at_least("diagnostics.compute_freq", self.compute_freq, 0)
         _at_least("diagnostics.early_stop_patience", self.early_stop_patience, 1)
         _at_least("diagnostics.early_stop_min_step", self.early_stop_min_step, 0)
@@ -434,19 +403,21 @@ class RunConfig:
     cache_dir: str = opt("${oc.env:AGENTCOLLAPSE_CACHE,${oc.env:HOME}/.cache/agentcollapse}", help="where built base models are cached")
 
     def validate(self) -> None:
-        """Every section's own checks, then the ones that span sections. Raises UserError."""
+        """Every section's own checks (names against the registries: ``config.validate``). Raises UserError."""
         if not 0 <= self.seed <= 2**32 - 1:
             raise UserError(f"seed={self.seed} must be in [0, 2**32 - 1]")
-        for section in (self.env, self.model, self.algorithm, self.rollout, self.diagnostics, self.trainer, self.logger, self.sweep):
+        for section in (
+            self.env,
+            self.model,
+            self.algorithm,
+            self.filter,
+            self.rollout,
+            self.diagnostics,
+            self.trainer,
+            self.logger,
+            self.sweep,
+        ):
             section.validate()
-        self.filter.validate(group_size=self.rollout.group_size)  # some scores need >= 2 rollouts per prompt
-        from agentcollapse.config.resolve import algorithm_preset
-
-        algo = algorithm_preset(self.algorithm)
-        if self.rollout.group_size < 2 and algo.advantage in ("grpo", "dr_grpo"):
-            raise UserError(
-                f"algorithm={self.algorithm.name} normalises rewards within a group: set rollout.group_size>=2 (got {self.rollout.group_size})"
-            )
         for name, spec in self.callbacks.items():
             if spec is None:
                 continue  # callbacks.<name>=null removes one

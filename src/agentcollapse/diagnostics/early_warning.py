@@ -5,7 +5,8 @@ Template collapse is reasoning that no longer depends on the input while its ent
 (METHOD.md 2), so the rule reads an input-dependence metric of the proxy family, by default
 ``collapse_first_turn_sample/retrieval_above_chance`` (0 = traces are matched to their own prompt no
 better than chance): the run has collapsed when its last ``patience`` readings at or after
-``min_step`` are all below ``threshold``. The proxy is computed at step 1 and every
+``min_step`` are all below ``threshold``. Its defaults are ``diagnostics.early_stop_*`` (one source:
+:class:`agentcollapse.config.DiagnosticsConfig`). The proxy is computed at step 1 and every
 ``diagnostics.compute_freq`` steps, so ``patience`` counts proxy steps, not iterations.
 """
 
@@ -15,17 +16,26 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from agentcollapse.config import DiagnosticsConfig
+
 __all__ = ["DEFAULT_COLLAPSE_METRIC", "CollapseRule"]
 
-DEFAULT_COLLAPSE_METRIC = "collapse_first_turn_sample/retrieval_above_chance"
+_DEFAULTS = DiagnosticsConfig()
+DEFAULT_COLLAPSE_METRIC = _DEFAULTS.early_stop_metric
 
 
 @dataclass(frozen=True)
 class CollapseRule:
-    metric: str = DEFAULT_COLLAPSE_METRIC
-    threshold: float = 0.05
-    patience: int = 2
-    min_step: int = 1
+    metric: str = _DEFAULTS.early_stop_metric
+    threshold: float = _DEFAULTS.early_stop_threshold
+    patience: int = _DEFAULTS.early_stop_patience
+    min_step: int = _DEFAULTS.early_stop_min_step
+
+    @classmethod
+    def from_config(cls, diagnostics: DiagnosticsConfig) -> CollapseRule:
+        """The rule a run's ``diagnostics.early_stop_*`` settings describe."""
+        d = diagnostics
+        return cls(d.early_stop_metric, d.early_stop_threshold, d.early_stop_patience, d.early_stop_min_step)
 
     def __post_init__(self) -> None:
         if self.patience < 1:

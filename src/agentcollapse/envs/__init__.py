@@ -1,13 +1,17 @@
-"""Text environments behind one contract (see ``base.TextEnv``); ``make(name, **cfg)`` builds one."""
+"""Text environments behind one contract (see ``base.TextEnv``); ``make(name, **cfg)`` builds one,
+``from_config(cfg.env)`` the one a run config names."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentcollapse.envs.base import TextEnv
 from agentcollapse.errors import UserError
 from agentcollapse.registry import Registry
+
+if TYPE_CHECKING:
+    from agentcollapse.config import EnvConfig
 
 ENVS: Registry[Callable[..., TextEnv]] = Registry("env")
 """name -> env class; add one with ``@register("name")`` on a :class:`TextEnv` subclass."""
@@ -29,6 +33,11 @@ def make(name: str, **cfg: Any) -> TextEnv:
         raise UserError(f"bad settings for env {name!r}: {exc}") from None
 
 
+def from_config(cfg: EnvConfig) -> TextEnv:
+    """The env of a run config's ``env`` section (``env.name`` with ``env.kwargs``)."""
+    return make(cfg.name, **dict(cfg.kwargs))
+
+
 def _load_builtin() -> None:
     # Imported lazily so a missing optional env never breaks the others.
     import importlib
@@ -41,4 +50,4 @@ def _load_builtin() -> None:
                 raise
 
 
-__all__ = ["ENVS", "TextEnv", "make", "register", "available"]
+__all__ = ["ENVS", "TextEnv", "available", "from_config", "make", "register"]

@@ -27,8 +27,7 @@ class CollapseEarlyStopping(L.Callback):
 
     @classmethod
     def from_run_config(cls, cfg: RunConfig) -> CollapseEarlyStopping:
-        d = cfg.diagnostics
-        return cls(CollapseRule(d.early_stop_metric, d.early_stop_threshold, d.early_stop_patience, d.early_stop_min_step))
+        return cls(CollapseRule.from_config(cfg.diagnostics))
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         value = pl_module.last_metrics.get(self.rule.metric)

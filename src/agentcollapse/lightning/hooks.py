@@ -21,8 +21,8 @@ import numpy as np
 
 from agentcollapse.rollout.batch import RolloutBatch
 
-if TYPE_CHECKING:
-    from agentcollapse.lightning.module import AgentRLModule
+if TYPE_CHECKING:  # the hooks' module is lightning.module's AgentRLModule, which imports this file
+    from lightning import LightningModule
 
 __all__ = ["HookResult", "RolloutHook", "Selection"]
 
@@ -54,4 +54,4 @@ class HookResult:
 class RolloutHook(Protocol):
     """A callback that sees each rollout batch before the update (see the module docstring)."""
 
-    def on_rollout(self, module: AgentRLModule, batch: RolloutBatch, step: int) -> HookResult: ...
+    def on_rollout(self, module: LightningModule, batch: RolloutBatch, step: int) -> HookResult: ...

@@ -27,7 +27,8 @@ from agentcollapse.algorithms import (
     rl_objective,
     whiten_across,
 )
-from agentcollapse.config import RunConfig, algorithm_preset
+from agentcollapse.config import RunConfig
+from agentcollapse.config.resolve import algorithm_preset
 from agentcollapse.errors import UserError
 from agentcollapse.filtering import groups_with_signal
 from agentcollapse.lightning import distributed
@@ -198,7 +199,7 @@ class AgentRLModule(L.LightningModule):
         return RolloutBatch.concat(pool).select_groups(range(min(found, target))), metrics
 
     def make_env(self):
-        return envs.make(self.cfg.env.name, **dict(self.cfg.env.kwargs))
+        return envs.from_config(self.cfg.env)
 
     def rollout_hooks(self) -> list[RolloutHook]:
         return [c for c in self.trainer.callbacks if isinstance(c, RolloutHook)]

@@ -64,7 +64,7 @@ def demonstration_episodes(
 ) -> tuple[str, list[list[tuple[str, str]]]]:
     """Planner-played episodes as (context text, response text) per turn, plus the system prompt."""
     rng = random.Random(seed)
-    env = envs.make(env_cfg.name, **dict(env_cfg.kwargs))
+    env = envs.from_config(env_cfg)
     out = []
     for i in range(episodes):
         obs = env.reset(warm_start_env_seed(seed, i))
@@ -145,7 +145,7 @@ def build_tiny_policy(
     started = time.time()
     torch.manual_seed(ws.seed)
     system_prompt, episodes = demonstration_episodes(env_cfg, ws.episodes, ws.suboptimal_prob, ws.template_prob, ws.seed)
-    env = envs.make(env_cfg.name, **dict(env_cfg.kwargs))
+    env = envs.from_config(env_cfg)
     corpus = [system_prompt, *env.templates, "Turn Reward : - . \n"]
     corpus += [m["content"] for turns in episodes for messages, resp in turns for m in messages] + [
         resp for turns in episodes for _, resp in turns

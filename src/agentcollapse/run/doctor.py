@@ -28,7 +28,7 @@ def doctor(overrides: list[str] | None = None) -> int:
             results.append(_check(True, f"{name} {md.version(name)}"))
         except md.PackageNotFoundError:
             results.append(_check(False, f"{name} missing", "run `make venv` (installs the pinned set)"))
-    from agentcollapse.config import compose as compose_config
+    from agentcollapse.config.compose import compose as compose_config
 
     try:
         cfg = compose_config(list(overrides or []))

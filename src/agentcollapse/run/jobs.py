@@ -6,7 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agentcollapse.config import RunConfig, compose
+from agentcollapse.config import RunConfig
+from agentcollapse.config.compose import compose
 
 __all__ = ["config_and_policy", "held_out_rollout", "held_out_success", "rebuild_base_model", "rv_check", "training_batch"]
 
@@ -37,7 +38,7 @@ def training_batch(policy: Any, cfg: RunConfig, iteration: int = 0) -> tuple[Any
 
     return collect_rollouts(
         policy,
-        lambda: envs.make(cfg.env.name, **dict(cfg.env.kwargs)),
+        lambda: envs.from_config(cfg.env),
         seeds.train_env_seeds(cfg.seed, iteration, cfg.rollout.num_prompts),
         cfg.rollout.group_size,
         cfg.rollout.temperature,
