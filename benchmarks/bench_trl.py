@@ -79,7 +79,7 @@ ACCUMULATION = 4  # TRL: gradient_accumulation_steps of the config in the issue
 
 # -- the shared model ----------------------------------------------------------------------------
 def base_config(overrides: list[str] | None = None) -> Any:
-    from agentcollapse.config import compose
+    from agentcollapse.config.compose import compose
 
     return compose(["env=countdown", *(overrides or [])])
 
@@ -100,7 +100,7 @@ def build_model_dir(cfg: Any, vocab: int | None, path: Path, seed: int = 0, thin
 
     ws = cfg.model.warm_start
     system_prompt, episodes = demonstration_episodes(cfg.env, CORPUS_EPISODES, ws.suboptimal_prob, ws.template_prob, ws.seed)
-    env = envs.make(cfg.env.name, **dict(cfg.env.kwargs))
+    env = envs.from_config(cfg.env)
     corpus = [system_prompt, *env.templates, "Turn Reward : - . \n"]
     corpus += [m["content"] for turns in episodes for messages, _ in turns for m in messages]
     corpus += [resp for turns in episodes for _, resp in turns]
@@ -163,7 +163,7 @@ def prompts_for(cfg: Any, tokenizer: Any, iterations: int, num_prompts: int) -> 
     from agentcollapse.models.context import first_user_message, render_context
 
     texts, env_seeds = [], []
-    env = envs.make(cfg.env.name, **dict(cfg.env.kwargs))
+    env = envs.from_config(cfg.env)
     for it in range(iterations):
         for seed in seeds.train_env_seeds(cfg.seed, it, num_prompts):
             obs = env.reset(seed)
@@ -226,7 +226,7 @@ def trl_worker(args: argparse.Namespace) -> None:
         rewards = []
         for ids, seed in zip(completion_ids, env_seed, strict=True):
             parsed = parse_response(decoder.decode(ids))
-            env = envs.make(cfg.env.name, **dict(cfg.env.kwargs))
+            env = envs.from_config(cfg.env)
             env.reset(int(seed))
             rewards.append(env.step(parsed.answer if parsed.format_valid else "")[1])
         return rewards

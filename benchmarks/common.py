@@ -152,7 +152,7 @@ def iteration_overrides(steps: int, threads: int) -> list[str]:
 
 def policy_dir(overrides: list[str]) -> Path:
     """The warm-started policy ``overrides`` train (built here first if missing, as ``make base-model`` does)."""
-    from agentcollapse.config import compose
+    from agentcollapse.config.compose import compose
     from agentcollapse.models.policy import resolve_model_dir
 
     cfg = compose(overrides)

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from agentcollapse.config.compose import group_options
+from agentcollapse.config import group_options
 
 # 4 x 4 trajectories and no evaluation or checkpoints: the check is about the device path, not learning
 RUN_ARGS = ["model=smollm2-135m", "rollout.num_prompts=4", "rollout.group_size=4", "logger=csv"]
