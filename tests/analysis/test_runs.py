@@ -104,7 +104,7 @@ def test_trials_csv_adds_axes_and_names_trials_without_a_run(sweep):
 def test_study_db_alone_gives_trial_numbers_and_axes(tmp_path):
     optuna = pytest.importorskip("optuna")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    root = tmp_path / "sweep"
+    root = tmp_path / "a sweep"
     root.mkdir()
     study = optuna.create_study(storage=f"sqlite:///{root / 'study.db'}", study_name="sweep", direction="maximize")
     for number in range(2):
@@ -118,10 +118,15 @@ def test_study_db_alone_gives_trial_numbers_and_axes(tmp_path):
             trial.set_user_attr("status", "failed")
             trial.set_user_attr("reason", "crashed")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
+    before = (root / "study.db").read_bytes()
     runset = _load(root)
     assert list(runset.runs["trial"]) == ["0"] and runset.runs.iloc[0]["trial_status"] == "finished"
-    assert "sweep/algorithm.kl_coef" in runset.runs
-    assert runset.skipped["reason"].tolist() == ["crashed"]
+    assert runset.runs.iloc[0]["sweep/algorithm.kl_coef"] in ("0.0", "0.05")
+    assert runset.skipped["reason"].tolist() == ["crashed"] and runset.skipped["status"].tolist() == ["trial 1 failed"]
+    assert (root / "study.db").read_bytes() == before  # read through Optuna, read-only
+
+    (root / "study.db").write_bytes(b"not a database")
+    assert len(_load(root)) == 1 and (root / "study.db").read_bytes() == b"not a database"
 
 
 def test_a_record_left_running_by_a_killed_worker_is_reported_as_its_trial_ended(tmp_path):
@@ -134,3 +139,18 @@ def test_a_record_left_running_by_a_killed_worker_is_reported_as_its_trial_ended
     with pytest.warns(SkippedRunsWarning, match="interrupted"):
         runset = load_runs(tmp_path)
     assert runset.skipped.set_index("run_dir").loc[str(tmp_path / "1"), "status"] == "interrupted"
+
+
+def test_every_registered_sampler_has_chance_columns(tmp_path):
+    from agentcollapse.diagnostics import sampler_prefixes
+
+    extra = {}
+    for pre in sampler_prefixes():  # the nocopy samplers too
+        extra[f"{pre}/valid_thinking_rate"] = [0.0, 0.9]
+        extra[f"{pre}/mi_estimate"] = [math.nan, 0.4]
+    write_run(tmp_path, "0", success=[0.5, 0.6], extra=extra)
+    run = _load(tmp_path).runs.iloc[0]
+    assert len(sampler_prefixes()) == 4
+    for pre in sampler_prefixes():
+        assert run[f"mean/{pre}/mi_estimate"] == pytest.approx(0.4)
+        assert run[f"mean/{pre}/mi_estimate@chance"] == pytest.approx(0.2)  # the undefined step at chance (0)

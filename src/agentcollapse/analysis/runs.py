@@ -18,13 +18,14 @@ warm start is left out of every summary):
 * ``at/m``: the last value logged at or before ``at_step`` (only when ``at_step`` is given);
 * ``evals/m``: how many values were logged (the number of held-out evaluations for ``val/*``).
 
-**Undefined MI.** A proxy step is a row where ``collapse_<sampler>/valid_thinking_rate`` is logged;
-when no reasoning was valid there, the MI metrics are missing (a policy driven to uniform babble has no
+**Undefined MI.** A proxy step is a row where ``collapse_<sampler>/valid_thinking_rate`` is logged (every
+sampler of the diagnostics' registry, :func:`agentcollapse.diagnostics.sampler_names`); when no reasoning
+was valid there, the MI metrics are missing (a policy driven to uniform babble has no
 MI at all). For the MI proxies of :data:`CHANCE_ZERO` and :data:`CHANCE_RETRIEVAL`, ``<stat>/m@chance``
 summarises the series with every undefined proxy step counted at its chance value (0 for MI estimates,
 z-scores and above-chance retrieval; ``1/C`` for retrieval accuracy, ``min(k, C)/C`` at ``@k``, C the
-run's last logged ``num_contexts``, else the number of prompts (first turn) or
-``min(trajectory_samples, P * G)`` (trajectory)). The plain columns leave those steps out, so a run
+run's last logged ``num_contexts``, else the number of prompts (the first-turn samplers) or
+``min(trajectory_samples, P * G)`` (the trajectory ones)). The plain columns leave those steps out, so a run
 whose MI was never defined has NaN there and drops out of a correlation; the ``@chance`` columns keep it.
 """
 
@@ -33,7 +34,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import sqlite3
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -49,15 +49,16 @@ from agentcollapse.records import read_summary
 __all__ = [
     "CHANCE_RETRIEVAL",
     "CHANCE_ZERO",
-    "SAMPLERS",
+    "LAST_K",
     "RunSet",
     "SkippedRunsWarning",
     "filter_arm",
     "find_run_dirs",
     "load_runs",
+    "metric_summaries",
 ]
 
-SAMPLERS = ("first_turn_sample", "trajectory_sample")
+LAST_K = 3  # final/m: the mean of the last three values (for val/*: the last three held-out evaluations)
 # MI metrics whose chance value is 0, and retrieval metrics whose chance is 1/C (min(k, C)/C at @k)
 CHANCE_ZERO = (
     "mi_estimate",
@@ -106,7 +107,7 @@ class RunSet:
     runs: pd.DataFrame  # one row per finished run
     history: pd.DataFrame  # long: run_id, step, metric, value (every logged value, and the MI ``@chance`` series)
     skipped: pd.DataFrame  # run_dir, status, reason: everything left out, and why
-    last_k: int = 3
+    last_k: int = LAST_K
     at_step: int | None = None
     sources: list[str] = field(default_factory=list)
 
@@ -221,8 +222,10 @@ def _chance_series(df: pd.DataFrame, cfg: dict[str, Any]) -> dict[str, pd.Series
     prompts = float(cfg.get("rollout.num_prompts") or math.nan)
     group = float(cfg.get("rollout.group_size") or math.nan)
     traj = float(cfg.get("diagnostics.trajectory_samples") or math.nan)
-    for sampler in SAMPLERS:
-        pre = f"collapse_{sampler}/"
+    from agentcollapse.diagnostics import sampler_names, sampler_prefix
+
+    for sampler in sampler_names():
+        pre = f"{sampler_prefix(sampler)}/"
         proxy = df.get(pre + "valid_thinking_rate")
         if proxy is None or not proxy.notna().any():
             continue
@@ -230,7 +233,7 @@ def _chance_series(df: pd.DataFrame, cfg: dict[str, Any]) -> dict[str, pd.Series
         contexts = df.get(pre + "num_contexts")
         c = contexts.dropna().iloc[-1] if contexts is not None and contexts.notna().any() else math.nan
         if not (c >= 1):
-            c = prompts if sampler == "first_turn_sample" else np.nanmin([traj, prompts * group])
+            c = prompts if sampler.startswith("first_turn") else np.nanmin([traj, prompts * group])
         for name in (*CHANCE_ZERO, *CHANCE_RETRIEVAL):
             series = df[pre + name] if pre + name in df else pd.Series(np.nan, index=df.index)
             if name in CHANCE_ZERO:
@@ -263,6 +266,18 @@ def _summaries(df: pd.DataFrame, extra: dict[str, pd.Series], last_k: int, at_st
     return row
 
 
+def metric_summaries(run_dir: str | Path, metric: str, last_k: int = LAST_K) -> dict[str, float] | None:
+    """``metric``'s ``final``, ``peak``, ``mean`` and ``evals`` in one run, as :func:`load_runs` has them in
+    ``<stat>/<metric>`` (NaN when the run never logged it after step 0); None when its ``metrics.csv``
+    is missing or unreadable."""
+    metrics = _read_metrics(Path(run_dir))
+    if metrics is None:
+        return None
+    column = metrics[metric] if metric in metrics else pd.Series(np.nan, index=metrics.index)
+    row = _summaries(pd.DataFrame({"step": metrics["step"], metric: column}), {}, last_k, None)
+    return {stat: row[f"{stat}/{metric}"] for stat in ("final", "peak", "mean", "evals")}
+
+
 def _trials_table(sweep_dir: Path) -> pd.DataFrame | None:
     """The sweep's trials (``trials.csv``, else ``study.db``): trial, trial_status, run_dir, reason,
     ``sweep/<axis>`` columns. None when the directory holds neither."""
@@ -293,48 +308,38 @@ def _trials_table(sweep_dir: Path) -> pd.DataFrame | None:
 
 
 def _study_db_table(db: Path, sweep_dir: Path) -> pd.DataFrame | None:
-    """Trials read straight from an Optuna SQLite study (no optuna import): number, state, params and
-    the sweep's user attributes (status, run_dir, reason)."""
+    """Trials read from an Optuna SQLite study through Optuna's API, read-only: number, state, axis values
+    and the sweep's user attributes (status, run_dir, reason); a grid's strays are left out. None when
+    the file is no Optuna study this Optuna reads."""
+    from urllib.parse import quote
+
+    import optuna
+    from optuna.distributions import CategoricalDistribution
+    from optuna.trial import TrialState
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
-        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-        try:
-            trials = con.execute("SELECT trial_id, number, state FROM trials").fetchall()
-            params = con.execute("SELECT trial_id, param_name, param_value, distribution_json FROM trial_params").fetchall()
-            attrs = con.execute("SELECT trial_id, key, value_json FROM trial_user_attributes").fetchall()
-        finally:
-            con.close()
-    except sqlite3.Error:
+        storage = optuna.storages.RDBStorage(f"sqlite:///file:{quote(str(db.resolve()))}?mode=ro&uri=true", skip_table_creation=True)
+        studies = [s.study_name for s in optuna.study.get_all_study_summaries(storage, include_best_trial=False)]
+        trials = [t for name in studies for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)]
+    except Exception:  # not a study (SQLAlchemy's error), or another Optuna's schema (Optuna's)
         return None
-    by_id: dict[int, dict[str, Any]] = {}
-    for trial_id, number, state in trials:
-        by_id[trial_id] = {"trial": str(number), "trial_status": str(state).lower(), "trial_run_dir": str(sweep_dir / str(number))}
-    for trial_id, key, value_json in attrs:
-        try:
-            value = json.loads(value_json)
-        except ValueError:
+    status = {TrialState.COMPLETE: "finished", TrialState.PRUNED: "pruned", TrialState.WAITING: "waiting", TrialState.RUNNING: "running"}
+    rows = []
+    for t in trials:
+        if t.user_attrs.get("stray"):
             continue
-        row = by_id.get(trial_id)
-        if row is None:
-            continue
-        if key == "stray" and value:
-            row["stray"] = True
-        elif key == "run_dir":
-            row["trial_run_dir"] = str(value)
-        elif key == "reason":
-            row["trial_reason"] = str(value)
-        elif key == "status" and row["trial_status"] == "fail":
-            row["trial_status"] = "interrupted" if value in ("interrupted", "lost", "running") else "failed"
-    for trial_id, name, value, dist in params:
-        row = by_id.get(trial_id)
-        if row is None:
-            continue
-        try:
-            choices = json.loads(dist).get("attributes", {}).get("choices")
-        except (ValueError, AttributeError):
-            choices = None
-        row[f"sweep/{name}"] = str(choices[int(value)]) if choices else value
-    status = {"complete": "finished", "pruned": "pruned", "waiting": "waiting", "running": "running", "fail": "failed"}
-    rows = [r | {"trial_status": status.get(r["trial_status"], r["trial_status"])} for r in by_id.values() if not r.get("stray")]
+        row: dict[str, Any] = {
+            "trial": str(t.number),
+            "trial_status": status.get(t.state)
+            or ("interrupted" if t.user_attrs.get("status") in ("interrupted", "lost", "running") else "failed"),
+            "trial_run_dir": str(t.user_attrs.get("run_dir") or sweep_dir / str(t.number)),
+        }
+        if "reason" in t.user_attrs:
+            row["trial_reason"] = str(t.user_attrs["reason"])
+        for name, value in t.params.items():
+            row[f"sweep/{name}"] = str(value) if isinstance(t.distributions.get(name), CategoricalDistribution) else value
+        rows.append(row)
     return pd.DataFrame(rows) if rows else None
 
 
@@ -348,7 +353,7 @@ def _resolve(path: str | Path) -> str:
 def load_runs(
     sources: str | Path | Iterable[str | Path],
     *,
-    last_k: int = 3,
+    last_k: int = LAST_K,
     at_step: int | None = None,
     warn: bool = True,
 ) -> RunSet:
