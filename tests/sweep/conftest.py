@@ -1,5 +1,6 @@
 """A throwaway PostgreSQL server on loopback for the shared-storage tests (skipped only when PostgreSQL
-is not installed; .ci/run installs it)."""
+is not installed; .ci/run installs it). The superuser ``postgres`` connects without a password; members
+of ``password_required`` must give theirs (``postgres_password_url``)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+PASSWORD_GROUP = "password_required"
 
 
 def _pg_bindir() -> Path | None:
@@ -48,6 +51,8 @@ def postgres_server():
     subprocess.run(
         [*run_as, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "-N"], check=True, capture_output=True
     )
+    hba = data / "pg_hba.conf"  # first match wins: password roles before initdb's "trust" for everyone
+    hba.write_text(f"host all +{PASSWORD_GROUP} 127.0.0.1/32 scram-sha-256\n" + hba.read_text())
     subprocess.run(
         [
             *run_as,
@@ -67,6 +72,10 @@ def postgres_server():
         capture_output=True,
     )
     try:
+        import psycopg
+
+        with psycopg.connect(f"postgresql://postgres@127.0.0.1:{port}/postgres", autocommit=True) as conn:
+            conn.execute(f"CREATE ROLE {PASSWORD_GROUP} NOLOGIN")
         yield f"postgresql+psycopg://postgres@127.0.0.1:{port}"
     finally:
         subprocess.run([*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"], capture_output=True)
@@ -85,3 +94,19 @@ def postgres_url(postgres_server, request):
         conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
         conn.execute(f'CREATE DATABASE "{name}"')
     return f"{postgres_server}/{name}"
+
+
+@pytest.fixture()
+def postgres_password_url(postgres_server, postgres_url):
+    """``postgres_url``'s database owned by a new role that must give its password, and the URL with
+    that password in it (``postgresql+psycopg://<role>:<password>@127.0.0.1:<port>/<db>``)."""
+    import secrets
+
+    import psycopg
+
+    role, password = f"sweeper_{secrets.token_hex(4)}", f"pw-{secrets.token_hex(12)}"
+    database = postgres_url.rsplit("/", 1)[1]
+    with psycopg.connect(f"{postgres_server.replace('+psycopg', '')}/postgres", autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}' IN ROLE {PASSWORD_GROUP}")
+        conn.execute(f'ALTER DATABASE "{database}" OWNER TO {role}')
+    return f"postgresql+psycopg://{role}:{password}@{postgres_server.split('@', 1)[1]}/{database}"

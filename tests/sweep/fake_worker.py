@@ -8,8 +8,10 @@ import sys
 import time
 
 from agentcollapse.records import RunRecorder
+from agentcollapse.sweep.outcome import Outcome
+from agentcollapse.sweep.settings import SweepSettings
 from agentcollapse.sweep.space import parse_space
-from agentcollapse.sweep.study import Outcome, SweepSettings, SweepStudy
+from agentcollapse.sweep.study import SweepStudy
 
 SPACE = {"algorithm.kl_coef": "0.0,0.01,0.02", "seed": "0,1,2,3"}
 

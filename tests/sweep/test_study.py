@@ -9,8 +9,10 @@ import pytest
 
 from agentcollapse.errors import UserError
 from agentcollapse.records import RunRecorder
+from agentcollapse.sweep.outcome import Outcome
+from agentcollapse.sweep.settings import SweepSettings
 from agentcollapse.sweep.space import parse_space
-from agentcollapse.sweep.study import Outcome, SweepSettings, SweepStudy
+from agentcollapse.sweep.study import SweepStudy
 
 
 def _record(run_dir, status, rows=((0, 0.6), (5, 0.7), (10, 0.65)), reason=""):
@@ -29,14 +31,20 @@ def _table(study):
     return list(csv.DictReader((study.sweep_dir / "trials.csv").open()))
 
 
-def test_peak_after_update_leaves_the_step0_evaluation_out(tmp_path):
-    _record(tmp_path / "r", "finished", rows=((0, 0.9), (5, 0.7), (10, 0.8)))
+def test_a_trial_is_ranked_by_its_final_success_and_the_peak_stays_a_choice(tmp_path):
+    _record(tmp_path / "r", "finished", rows=((0, 0.9), (5, 0.5), (10, 0.7), (15, 0.8), (20, 0.6)))
     import json
 
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["peak"]["val/success_rate"] == 0.9
     assert summary["peak_after_update"]["val/success_rate"] == 0.8
-    assert Outcome.from_run(tmp_path / "r", SweepSettings()).value == 0.8
+    final = Outcome.from_run(tmp_path / "r", SweepSettings())  # the mean of the last three evaluations
+    assert final.value == pytest.approx(0.7) and final.extra["final"] == pytest.approx(0.7)
+    peak = Outcome.from_run(tmp_path / "r", SweepSettings(summary_key="peak_after_update"))  # step 0 left out
+    assert peak.value == 0.8 and peak.extra["final"] == pytest.approx(0.7)
+    assert Outcome.from_run(tmp_path / "r", SweepSettings(summary_key="peak")).value == 0.9
+    missing = Outcome.from_run(tmp_path / "r", SweepSettings(objective="val/success_rate_t1"))
+    assert missing.status == "failed" and "finished without final val/success_rate_t1" in missing.reason
 
 
 def test_grid_runs_every_point_once_and_records_crashes(tmp_path):
@@ -59,7 +67,7 @@ def test_grid_runs_every_point_once_and_records_crashes(tmp_path):
     rows = _table(study)
     assert [r["status"] for r in rows] == ["finished", "failed", "failed", "finished"]
     assert rows[1]["reason"] == "RuntimeError: boom" and rows[2]["reason"] == "UserError: bad value"
-    assert float(rows[0]["value"]) == 0.7 and rows[0]["algorithm.kl_coef"] and rows[0]["run_dir"].endswith("/0")
+    assert float(rows[0]["value"]) == pytest.approx((0.7 + 0.65) / 2) and rows[0]["algorithm.kl_coef"] and rows[0]["run_dir"].endswith("/0")
     assert "done: 2 finished, 2 failed" in study.end_line()
     assert "4/4 done" in study.progress_line(trial, Outcome("finished", 0.7))
 
@@ -94,6 +102,8 @@ def test_a_different_sweep_in_the_same_directory_is_refused(tmp_path):
     space = parse_space({"seed": "0,1,2"}, [])
     with pytest.raises(UserError, match="holds a sweep over"):
         SweepStudy(SweepSettings(), tmp_path / "sweep", space).open()
+    with pytest.raises(UserError, match="hydra.sweeper.summary_key=final .*resume it with hydra.sweeper.summary_key=final"):
+        _study(tmp_path, summary_key="peak_after_update")  # ranked otherwise than it was
 
 
 def test_samplers_count_n_trials(tmp_path):

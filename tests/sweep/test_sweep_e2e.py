@@ -15,6 +15,8 @@ import yaml
 from agentcollapse.sweep.workers import available_cores
 from tests.cli.test_sweep import TINY_MODEL, sweep_cmd
 
+pytestmark = pytest.mark.alone  # several processes on both cores: make test runs it on its own
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -62,3 +64,31 @@ def test_submitit_local_runs_a_batch_in_parallel_and_the_pruner_stops_trials(cac
     rows = _rows(sweep_dir)
     assert [r["status"] for r in rows] == ["pruned", "pruned"]
     assert all(r["pruned_at"] == "1" and r["reason"].startswith("pruned by the sweep at iteration 1: collapse:") for r in rows)
+
+
+@pytest.mark.slow
+def test_a_database_password_from_the_environment_is_in_no_file_and_no_output(cache_dir, tmp_path, postgres_password_url):
+    import optuna
+    import psycopg
+
+    password = postgres_password_url.split(":")[2].split("@")[0]
+    without = postgres_password_url.replace(f":{password}@", "@")
+    with pytest.raises(psycopg.OperationalError, match="password"):  # the server asks this role for its password
+        psycopg.connect(without.replace("+psycopg", ""), connect_timeout=10).close()
+    sweep_dir = tmp_path / "sweep"
+    cmd = [sys.executable, "-m", "agentcollapse.cli.main", "sweep", "--name", "smoke", "--dir", str(sweep_dir)]
+    # one trial that reports to the study from inside (the pruner is on): it, too, must reach the database
+    cmd += [*TINY_MODEL, f"cache_dir={cache_dir}", "trainer.num_threads=1", "algorithm.kl_coef=0.0", "hydra.sweeper.pruner.name=median"]
+    env = {k: v for k, v in _env().items() if not k.startswith("PG")}
+    proc = subprocess.run(
+        cmd, cwd=ROOT, env={**env, "OMP_NUM_THREADS": "1", "AGENTCOLLAPSE_STORAGE": postgres_password_url}, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert password not in proc.stdout + proc.stderr
+    assert f"({postgres_password_url.replace(password, '***')})" in proc.stderr  # the start line names the storage, hidden
+    files = [p for p in sweep_dir.rglob("*") if p.is_file()]
+    assert len(files) > 10 and not [p for p in files if password.encode() in p.read_bytes()]
+    assert [r["status"] for r in _rows(sweep_dir)] == ["finished"] and not (sweep_dir / "study.db").exists()
+    assert f"sweep.storage='{without}'" in (sweep_dir / "0" / ".hydra" / "overrides.yaml").read_text()
+    trial = optuna.load_study(study_name="sweep", storage=postgres_password_url).trials[0]
+    assert trial.intermediate_values  # the trial's reporter reached the study with the environment's password

@@ -26,6 +26,8 @@ import lightning as L
 from agentcollapse.config import RunConfig
 from agentcollapse.diagnostics.early_warning import DEFAULT_COLLAPSE_METRIC, CollapseRule
 from agentcollapse.errors import UserError
+from agentcollapse.sweep.optuna_bridge import attach_trial, quiet_optuna
+from agentcollapse.sweep.storage import open_storage
 
 __all__ = ["KEYS", "PRUNERS", "CollapseAwarePruner", "TrialReporter", "build_pruner", "collapse_rule"]
 
@@ -110,23 +112,17 @@ class TrialReporter(L.Callback):
     def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
         import optuna
 
-        from agentcollapse.sweep.study import quiet_optuna
-
         if not trainer.is_global_zero:
             return
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
         quiet_optuna()
-        storage = optuna.storages.RDBStorage(
-            self.storage_url, engine_kwargs={"connect_args": {"timeout": 60}} if "sqlite" in self.storage_url else {}
-        )
+        storage = open_storage(self.storage_url)  # sweep.storage has no password: the environment gives it back
         probe = optuna.load_study(study_name=self.study_name, storage=storage)
         self.spec = dict(probe.user_attrs.get("pruner", {"name": "none"}))
         settings = probe.user_attrs.get("settings", {})
         self.report_metric = str(self.spec.get("report_metric") or settings.get("objective", "val/success_rate"))
         direction = settings.get("direction", "maximize")
         study = optuna.load_study(study_name=self.study_name, storage=storage, pruner=build_pruner(self.spec, direction))
-        trial_id = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(self.study_name), self.trial_number)
-        self.trial = optuna.trial.Trial(study, trial_id)
+        self.trial = attach_trial(study, self.trial_number)
 
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self.trial is None or self.spec.get("name", "none") == "none":

@@ -16,8 +16,11 @@ from typing import Any
 from omegaconf import OmegaConf
 
 from agentcollapse.errors import UserError
+from agentcollapse.sweep.outcome import Outcome
+from agentcollapse.sweep.settings import SweepSettings
 from agentcollapse.sweep.space import SearchSpace, parse_space
-from agentcollapse.sweep.study import Outcome, SweepSettings, SweepStudy
+from agentcollapse.sweep.storage import without_password
+from agentcollapse.sweep.study import SweepStudy
 
 __all__ = ["check_single_process", "run_sweep"]
 
@@ -62,11 +65,11 @@ def _trial_overrides(study: SweepStudy, space: SearchSpace, trial: Any, params: 
     shared = f"trainer.shared_eval_dir='{(study.sweep_dir / 'shared_eval').resolve()}'"
     out = [shared, *space.overrides(params), f"hydra.sweep.subdir={trial.number}"]
     if study.settings.pruner.get("name", "none") != "none":
-        out += [
-            f"sweep.storage='{study.storage_url}'",
+        out += [  # the trial's config is saved: the URL without its password, which the trial takes from the environment
+            f"sweep.storage='{without_password(study.storage_url)}'",
             f"sweep.study_name={study.settings.study_name}",
             f"sweep.trial={trial.number}",
-            f"+callbacks.{TRIAL_CALLBACK}={{_target_:agentcollapse.sweep.TrialReporter}}",
+            f"+callbacks.{TRIAL_CALLBACK}={{_target_:agentcollapse.sweep.pruning.TrialReporter}}",
         ]
     return out
 

@@ -1,7 +1,7 @@
 """``agentcollapse sweep``: run a sweep file with JOBS worker processes on one study.
 
 Each worker is ``agentcollapse train -m --config-dir sweeps --config-name <name>`` on the same
-``hydra.sweep.dir``, so they share its ``study.db`` (or the PostgreSQL storage the sweep file names):
+``hydra.sweep.dir``, so they share its ``study.db`` (or the PostgreSQL storage in ``AGENTCOLLAPSE_STORAGE``):
 each asks for the next trial, runs it, and tells its outcome. The machine's cores are split evenly:
 every worker's runs get ``trainer.num_threads = cores // JOBS`` (at least 1; an explicit
 ``trainer.num_threads=N`` override wins) and ``OMP_NUM_THREADS`` to match. With JOBS > 1 the tiny base model is built (or found in the cache) once before the workers
@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from agentcollapse.errors import UserError
+from agentcollapse.sweep.storage import STORAGE_ENV, refuse_password
 
 __all__ = ["available_cores", "default_sweep_dir", "run_workers", "worker_command"]
 
@@ -65,7 +66,7 @@ def _check_sweep_file(name: str, config_dir: str) -> None:
 
 def _build_base_model(overrides: list[str]) -> None:
     """Build the tiny policy for these overrides once (cached), before workers would race to build it."""
-    from agentcollapse.config import compose
+    from agentcollapse.config.compose import compose
     from agentcollapse.models.policy import load_policy
     from agentcollapse.run.quiet import silence_library_noise
 
@@ -99,6 +100,10 @@ def run_workers(
     if jobs < 1:
         raise UserError(f"JOBS={jobs} must be >= 1")
     _check_sweep_file(name, config_dir)
+    for override in overrides:  # before the resume command below prints it
+        key, _, value = override.partition("=")
+        if key.lstrip("+~") == "hydra.sweeper.storage" and value not in ("", "null"):
+            refuse_password(value, key.lstrip("+~"))
     cores = cores or available_cores()
     explicit = [o.split("=", 1)[1] for o in overrides if o.startswith("trainer.num_threads=")]
     threads = int(explicit[-1]) if explicit and explicit[-1].isdigit() else max(1, cores // jobs)
@@ -107,7 +112,8 @@ def run_workers(
     print(
         f"sweep {name}: {sweep_dir} ({'resuming' if resuming else 'new'}), {jobs} worker(s) x {threads} thread(s) on {cores} core(s); "
         # the exact command: a resume needs the same overrides (env= included), or the study refuses it
-        f"resume with: agentcollapse sweep --name {name} --jobs {jobs} --dir {sweep_dir} {shlex.join(overrides)}".rstrip(),
+        f"resume with: agentcollapse sweep --name {name} --jobs {jobs} --dir {sweep_dir} {shlex.join(overrides)}".rstrip()
+        + (f" (and the same {STORAGE_ENV})" if os.environ.get(STORAGE_ENV) else ""),
         file=sys.stderr,
         flush=True,
     )

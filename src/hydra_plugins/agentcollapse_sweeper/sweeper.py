@@ -14,7 +14,8 @@ Select it in a sweep file (``sweeps/grid.yaml``)::
           seed: 0,1
 
 The work is in :mod:`agentcollapse.sweep` (this module only holds the config and the launcher), so it
-is tested like the rest of the package. ``study.db`` and ``trials.csv`` land in ``hydra.sweep.dir``
+is tested like the rest of the package; the sweeper's settings and their help are
+:class:`agentcollapse.sweep.settings.SweepSettings`. ``study.db`` and ``trials.csv`` land in ``hydra.sweep.dir``
 beside one run directory per trial; running the same command on the same ``hydra.sweep.dir`` resumes.
 """
 
@@ -24,6 +25,8 @@ from typing import Any, Optional
 from hydra.core.config_store import ConfigStore
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
+
+from agentcollapse.sweep.settings import SweepSettings
 
 
 @dataclass
@@ -42,26 +45,13 @@ class PrunerConf:
 
 
 @dataclass
-class AgentCollapseSweeperConf:
+class AgentCollapseSweeperConf(SweepSettings):
+    """``hydra.sweeper``: every field of :class:`~agentcollapse.sweep.settings.SweepSettings` (each with its
+    help there), the pruner's settings and the search space."""
+
     _target_: str = "hydra_plugins.agentcollapse_sweeper.sweeper.AgentCollapseSweeper"
-    # grid: every combination of the params, each once; tpe / random: n_trials draws from the params
-    sampler: str = "grid"
-    n_trials: Optional[int] = None
-    # Optuna storage URL; null = sqlite:///<hydra.sweep.dir>/study.db (PostgreSQL to share across machines)
-    storage: Optional[str] = None
-    study_name: str = "sweep"
-    direction: str = "maximize"
-    # the value of a trial: summary.json's <summary_key>[<objective>]
-    objective: str = "val/success_rate"
-    summary_key: str = "peak_after_update"
-    seed: int = 0
-    # trials handed to the launcher at once (hydra/launcher=submitit_local runs a batch in parallel)
-    batch_size: int = 1
-    # a running trial's worker proves it is alive this often; 3x silent = lost, run again on resume
-    heartbeat_s: int = 30
-    # hydra.sweeper.pruner.name=collapse hydra.sweeper.pruner.threshold=0.1 ...
-    pruner: PrunerConf = field(default_factory=PrunerConf)
-    params: Optional[dict[str, str]] = None
+    pruner: PrunerConf = field(default_factory=PrunerConf)  # hydra.sweeper.pruner.name=collapse hydra.sweeper.pruner.threshold=0.1 ...
+    params: Optional[dict[str, str]] = None  # the search space: key: choices or interval(...), as Hydra's sweepers
 
 
 ConfigStore.instance().store(group="hydra/sweeper", name="agentcollapse", node=AgentCollapseSweeperConf, provider="agentcollapse")
@@ -89,7 +79,6 @@ class AgentCollapseSweeper(Sweeper):
 
         from agentcollapse.errors import UserError
         from agentcollapse.sweep.runner import run_sweep
-        from agentcollapse.sweep.study import SweepSettings
 
         try:
             return run_sweep(self.hydra_context, self.config, self.launcher, self.params, SweepSettings(**self.settings), list(arguments))
