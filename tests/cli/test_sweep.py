@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from agentcollapse.analysis.runs import metric_summaries
 from tests.conftest import TINY_OVERRIDES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +66,7 @@ def test_sweep_records_every_trial_a_crash_included_and_resumes(cache_dir, tmp_p
         run_dir = Path(row["run_dir"])
         summary = json.loads((run_dir / "summary.json").read_text())
         assert summary["status"] == "finished" and row["value"] != ""
-        assert float(row["value"]) == summary["peak_after_update"]["val/success_rate"]
+        assert float(row["value"]) == metric_summaries(run_dir, "val/success_rate")["final"]  # the tables' final success
         assert list(run_dir.glob("wandb/offline-run-*")), "wandb offline run missing"
         assert yaml.safe_load((run_dir / "config.yaml").read_text())["algorithm"]["kl_coef"] == float(row["algorithm.kl_coef"])
 
@@ -89,6 +90,17 @@ def test_multirun_with_ddp_is_refused_before_anything_runs(tmp_path):
         assert proc.returncode == 2, proc.stderr[-2000:]
         assert "every DDP rank would run the whole sweep" in proc.stderr and "Traceback" not in proc.stderr
         assert not (tmp_path / "s").exists()
+
+
+def test_a_storage_password_on_the_command_line_is_refused_before_anything_is_written(tmp_path):
+    url = "postgresql+psycopg://sweeper:pw-on-the-line@127.0.0.1:1/study"
+    proc = subprocess.run(
+        sweep_cmd(tmp_path / "s", tmp_path / "c", f"hydra.sweeper.storage={url}"), cwd=ROOT, env=_env(), capture_output=True, text=True
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "holds a password" in proc.stderr and "PGPASSWORD or ~/.pgpass" in proc.stderr and "AGENTCOLLAPSE_STORAGE" in proc.stderr
+    assert "pw-on-the-line" not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "s").exists()
 
 
 @pytest.mark.slow

@@ -98,6 +98,7 @@ def run_sweep(
     hydra_context: Any, config: Any, launcher: Any, params: dict[str, Any] | None, settings: SweepSettings, arguments: list[str]
 ) -> list[Any]:
     """Run (or resume) the sweep in ``hydra.sweep.dir``; return the launcher's results."""
+    settings.validate()  # before anything is written: multirun.yaml would keep a storage URL's password
     space = parse_space(params, arguments, hydra_context.config_loader)
     sweep_dir = Path(str(config.hydra.sweep.dir))
     _refuse_ddp(hydra_context, config, space)
