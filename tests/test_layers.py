@@ -1,7 +1,10 @@
 """The package's parts depend on each other in one direction (DEVELOPERS.md: cli -> run -> lightning ->
-{rollout, diagnostics, filtering, algorithms} -> {envs, models}), with no import cycle and no private
-name borrowed across parts. Every import counts, lazy ones inside functions too; only
-``if TYPE_CHECKING:`` blocks are left out (annotations, never executed)."""
+{rollout, diagnostics, filtering, algorithms} -> {envs, models} -> config), with no import cycle between
+modules, inside one folder or across folders, and no private name borrowed across folders.
+
+Every import counts: lazy ones inside functions and ``if TYPE_CHECKING:`` ones too (a lazy import still
+runs, and an annotation-only one still ties the modules together). Importing ``agentcollapse.a.b`` from
+outside ``a`` also runs ``a/__init__.py``, so it counts as an import of ``agentcollapse.a`` as well."""
 
 from __future__ import annotations
 
@@ -11,105 +14,152 @@ from pathlib import Path
 import agentcollapse
 
 ROOT = Path(agentcollapse.__file__).parent
-# Higher imports lower. Parts on one layer may import each other, but never in a cycle.
+# Higher imports lower. Parts on one layer may import each other, but never in a cycle. A part is a
+# folder (or a top-level module); a few modules of config/ sit above the registries they check.
 LAYERS = {
     "cli": 7,
     "run": 6,
     "sweep": 6,
     "analysis": 6,
     "lightning": 5,
-    "config": 4,
+    "config.compose": 4,  # composition into a checked run config
+    "config.validate": 4,  # names against the registries of the parts below
+    "config.resolve": 4,  # algorithm presets (algorithms.presets)
     "rollout": 3,
     "diagnostics": 3,
     "filtering": 3,
     "algorithms": 3,
     "envs": 2,
     "models": 2,
+    "config": 1,  # the schema and where conf/ is: pure data at the bottom
     "records": 1,
+    "registry": 1,
     "errors": 0,
     "seeds": 0,
-    "registry": 1,
     "progress": 0,
 }
 
 
-def _part(module: str) -> str | None:
-    parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[0] == "agentcollapse" else None
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(("agentcollapse", *parts))
 
 
 def _imports(path: Path) -> list[tuple[str, list[str]]]:
-    """(module, imported names) of every import outside ``if TYPE_CHECKING:`` blocks."""
-    tree = ast.parse(path.read_text())
-    skip = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            skip |= {id(n) for child in node.body for n in ast.walk(child)}
-    own = ".".join(("agentcollapse", *path.relative_to(ROOT).with_suffix("").parts))
+    """(module, imported names) of every import in the file, lazy and TYPE_CHECKING ones included."""
+    own = _module_name(path)
+    package = own if path.name == "__init__.py" else own.rpartition(".")[0]
     out = []
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             out += [(a.name, []) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative import: resolve against this module's package
-                pkg = (
-                    own.split(".")[: -node.level]
-                    if not path.name == "__init__.py"
-                    else own.split(".")[: len(own.split(".")) - node.level + 1]
-                )
-                base = ".".join([*pkg, base] if base else pkg)
-            if base == "agentcollapse":  # ``from agentcollapse import envs``: each name is a part
-                out += [(f"agentcollapse.{a.name}", []) for a in node.names]
-            else:
-                out.append((base, [a.name for a in node.names]))
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for a in node.names:  # ``from agentcollapse.x import y``: y may be a submodule
+                sub = f"{base}.{a.name}"
+                where = ROOT / Path(*sub.split(".")[1:])
+                out.append((sub, []) if where.with_suffix(".py").exists() or (where / "__init__.py").exists() else (base, [a.name]))
     return out
 
 
+def _part(module: str) -> str | None:
+    """The layer key of a package module: its folder, or ``folder.module`` where LAYERS names it."""
+    parts = module.split(".")
+    if parts[0] != "agentcollapse" or len(parts) < 2:
+        return None
+    return ".".join(parts[1:3]) if ".".join(parts[1:3]) in LAYERS else parts[1]
+
+
 def _graph() -> tuple[dict[str, set[str]], list[str]]:
-    edges: dict[str, set[str]] = {}
+    """Module -> imported package modules; and the private names borrowed across folders."""
+    modules = {_module_name(p): p for p in ROOT.rglob("*.py")}
+    edges: dict[str, set[str]] = {m: set() for m in modules}
     private = []
-    for path in ROOT.rglob("*.py"):
-        src = _part("agentcollapse." + ".".join(path.relative_to(ROOT).with_suffix("").parts))
-        if src is None or src == "__init__":
-            continue
+    for src, path in modules.items():
         for module, names in _imports(path):
-            dst = _part(module)
-            if dst is None or dst == src:
+            if _part(module) is None:
                 continue
-            edges.setdefault(src, set()).add(dst)
-            private += [f"{path.relative_to(ROOT)} imports {module}.{n}" for n in names if n.startswith("_")]
-            if any(p.startswith("_") and p != "__init__" for p in module.split(".")[2:]):
-                private.append(f"{path.relative_to(ROOT)} imports private module {module}")
+            targets = {module} if module in modules else set()
+            # importing a.b.c runs a/__init__ and a/b/__init__ first, unless the importer is inside them
+            parts = module.split(".")
+            targets |= {".".join(parts[:i]) for i in range(2, len(parts)) if not (src + ".").startswith(".".join(parts[:i]) + ".")}
+            edges[src] |= {t for t in targets if t in modules and t != src}
+            if module.split(".")[1] != src.split(".")[1]:
+                private += [f"{path.relative_to(ROOT)} imports {module}.{n}" for n in names if n.startswith("_")]
+                if any(p.startswith("_") for p in module.split(".")[2:]):
+                    private.append(f"{path.relative_to(ROOT)} imports private module {module}")
     return edges, private
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in edges.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
 
 
 def test_every_part_has_a_layer():
     edges, _ = _graph()
-    assert set(edges) | {d for ds in edges.values() for d in ds} <= set(LAYERS)
+    parts = {_part(m) for m in edges} | {_part(d) for ds in edges.values() for d in ds}
+    assert parts - {None} <= set(LAYERS), sorted(parts - {None} - set(LAYERS))
 
 
 def test_parts_only_import_their_own_layer_or_below():
     edges, _ = _graph()
-    upward = [f"{s} -> {d}" for s, ds in edges.items() for d in ds if LAYERS[d] > LAYERS[s]]
+    upward = sorted(f"{s} -> {d}" for s, ds in edges.items() if _part(s) for d in ds if LAYERS[_part(d)] > LAYERS[_part(s)])
     assert not upward, upward
 
 
-def test_no_import_cycle_between_parts():
+def test_no_import_cycle_between_modules():
     edges, _ = _graph()
+    edges.pop("agentcollapse", None)  # the package's own __init__ imports nothing of its parts
+    assert not _cycles(edges), f"modules on an import cycle: {_cycles(edges)}"
 
-    def reaches(start: str, goal: str, seen: set) -> bool:
-        for nxt in edges.get(start, ()):
-            if nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt})):
-                return True
-        return False
 
-    cycles = sorted(p for p in edges if reaches(p, p, set()))
-    assert not cycles, f"parts on an import cycle: {cycles}"
+def test_the_config_layer_imports_nothing_above_it():
+    # models and envs import the config types; config.schema must not reach back up (a cycle even when lazy)
+    edges, _ = _graph()
+    for module in ("agentcollapse.config", "agentcollapse.config.schema", "agentcollapse.config.conf_files"):
+        assert all(LAYERS[_part(d)] <= LAYERS["config"] for d in edges[module]), (module, edges[module])
 
 
 def test_no_private_helper_is_borrowed_across_parts():
     _, private = _graph()
     assert not private, private
+
+
+def test_the_cycle_finder_finds_a_lazy_cycle_inside_a_folder():
+    assert _cycles({"a.pruning": {"a.study"}, "a.study": {"a.pruning"}, "a.x": set()}) == [["a.pruning", "a.study"]]
