@@ -9,5 +9,13 @@ collapse-aware pruner and the in-trial reporter; ``workers`` starts JOBS worker 
 The Hydra plugin itself is ``hydra_plugins.agentcollapse_sweeper``.
 
 Import the modules themselves (``from agentcollapse.sweep.study import SweepStudy``): this package
-imports none of them, so the Hydra plugin reads the settings without loading Lightning.
+loads none of them up front, so the Hydra plugin reads the settings without loading Lightning.
 """
+
+
+def __getattr__(name: str) -> object:
+    if name == "TrialReporter":  # the callback's path in the config.yaml of trials run before it moved
+        from agentcollapse.sweep.pruning import TrialReporter
+
+        return TrialReporter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
