@@ -18,10 +18,9 @@ from dataclasses import dataclass
 
 from agentcollapse.config import DiagnosticsConfig
 
-__all__ = ["DEFAULT_COLLAPSE_METRIC", "CollapseRule"]
+__all__ = ["CollapseRule"]
 
 _DEFAULTS = DiagnosticsConfig()
-DEFAULT_COLLAPSE_METRIC = _DEFAULTS.early_stop_metric
 
 
 @dataclass(frozen=True)

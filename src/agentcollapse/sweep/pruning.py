@@ -24,7 +24,7 @@ from typing import Any
 
 import lightning as L
 from agentcollapse.config import RunConfig
-from agentcollapse.diagnostics.early_warning import DEFAULT_COLLAPSE_METRIC, CollapseRule
+from agentcollapse.diagnostics.early_warning import CollapseRule
 from agentcollapse.errors import UserError
 from agentcollapse.sweep.optuna_bridge import attach_trial, quiet_optuna
 from agentcollapse.sweep.storage import open_storage
@@ -37,13 +37,10 @@ KEYS = ("name", "report_metric", "n_startup_trials", "n_warmup_steps", "metric",
 
 
 def collapse_rule(spec: dict[str, Any]) -> CollapseRule:
+    """The rule ``hydra.sweeper.pruner`` sets; what it leaves out keeps CollapseRule's defaults."""
+    types = {"metric": str, "threshold": float, "patience": int, "min_step": int}
     try:
-        return CollapseRule(
-            metric=str(spec.get("metric", DEFAULT_COLLAPSE_METRIC)),
-            threshold=float(spec.get("threshold", 0.05)),
-            patience=int(spec.get("patience", 2)),
-            min_step=int(spec.get("min_step", 1)),
-        )
+        return CollapseRule(**{key: cast(spec[key]) for key, cast in types.items() if spec.get(key) is not None})
     except (TypeError, ValueError) as exc:
         raise UserError(f"hydra.sweeper.pruner: {exc}") from None
 

@@ -26,7 +26,10 @@ from hydra.core.config_store import ConfigStore
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
+from agentcollapse.config import DiagnosticsConfig
 from agentcollapse.sweep.settings import SweepSettings
+
+_RULE = DiagnosticsConfig()  # the collapse rule's defaults: diagnostics.early_stop_* (one source)
 
 
 @dataclass
@@ -37,10 +40,10 @@ class PrunerConf:
     report_metric: Optional[str] = None  # reported after each iteration that logs it (null: the objective)
     n_startup_trials: int = 4  # median rule: trials that finish before any is pruned
     n_warmup_steps: int = 1  # median rule: iterations of each trial before it can be pruned
-    metric: str = "collapse_first_turn_sample/retrieval_above_chance"  # collapse rule: what it reads
-    threshold: float = 0.05  # collapse rule: collapsed below this ...
-    patience: int = 2  # ... for this many proxy steps in a row
-    min_step: int = 1  # collapse rule: readings before this iteration are ignored
+    metric: str = _RULE.early_stop_metric  # collapse rule: what it reads
+    threshold: float = _RULE.early_stop_threshold  # collapse rule: collapsed below this ...
+    patience: int = _RULE.early_stop_patience  # ... for this many proxy steps in a row
+    min_step: int = _RULE.early_stop_min_step  # collapse rule: readings before this iteration are ignored
     median: bool = True  # collapse: also the median rule
 
 
