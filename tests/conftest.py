@@ -10,7 +10,10 @@ import torch
 
 os.environ.setdefault("WANDB_MODE", "offline")
 os.environ.setdefault("WANDB_SILENT", "true")
-torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))  # 2 cores; 1 when sharing them
+# 2 cores: a plain pytest uses both; under `make test` two xdist workers share them, one thread each
+# (two processes of 2 threads each on 2 cores thrash, 4-8x slower).
+THREADS = int(os.environ.get("OMP_NUM_THREADS", "1" if os.environ.get("PYTEST_XDIST_WORKER") else "2"))
+torch.set_num_threads(THREADS)
 
 # Small enough to build in seconds, large enough to produce the format sometimes.
 TINY_OVERRIDES = [
@@ -25,6 +28,7 @@ TINY_OVERRIDES = [
     "rollout.max_new_tokens=12",
     "trainer=smoke",
     "logger=csv",
+    f"trainer.num_threads={THREADS}",  # train() sets the process's threads from the config
 ]
 
 

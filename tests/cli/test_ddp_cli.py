@@ -15,6 +15,8 @@ import pytest
 from tests.cli.test_train_cli import agentcollapse, cli_env, metrics, summary
 from tests.conftest import TINY_OVERRIDES
 
+pytestmark = pytest.mark.alone  # several processes on both cores: make test runs it on its own
+
 # The smoke trainer's settings spelled out: trainer=ddp replaces the trainer group they came from.
 OVERRIDES = [
     *TINY_OVERRIDES,

@@ -11,6 +11,8 @@ import pytest
 
 from tests.cli.test_train_cli import RUN_OVERRIDES, cli_env, metrics, run, start_and_wait, summary, train_cmd
 
+pytestmark = pytest.mark.alone  # several processes on both cores: make test runs it on its own
+
 SMOLLM2_OVERRIDES = [
     "model=smollm2-135m",
     "model.warm_start.episodes=4",

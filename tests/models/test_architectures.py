@@ -14,6 +14,9 @@ import torch
 
 from agentcollapse.run import train as run_training
 
+# one xdist worker runs every test that needs the converted SmolLM2 (converting it takes ~40 s)
+pytestmark = pytest.mark.xdist_group("smollm2")
+
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2}
 
 

@@ -11,6 +11,9 @@ import torch
 
 from agentcollapse.errors import UserError
 
+# one xdist worker runs every test that needs the converted SmolLM2 (converting it takes ~40 s)
+pytestmark = pytest.mark.xdist_group("smollm2")
+
 
 @pytest.fixture(scope="session")
 def converted(cache_dir):

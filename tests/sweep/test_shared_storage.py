@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.alone  # several processes on both cores: make test runs it on its own
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
