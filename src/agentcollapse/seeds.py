@@ -12,6 +12,8 @@ maps and tokens. The ranges never overlap:
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "MAX_RESAMPLE_ROUNDS",
     "RUN_SEED_STRIDE",
@@ -19,6 +21,8 @@ __all__ = [
     "VALIDATION_SAMPLE_SEED_BASE",
     "VALIDATION_SEED_BASE",
     "WARM_START_SEED_BASE",
+    "capture_rng_state",
+    "restore_rng_state",
     "rollout_sample_seed",
     "train_env_seeds",
     "trajectory_stream_seed",
@@ -78,3 +82,45 @@ def trajectory_stream_seed(sample_seed: int, index: int) -> int:
 
 def warm_start_env_seed(warm_start_seed: int, episode: int) -> int:
     return WARM_START_SEED_BASE + warm_start_seed * _STREAM_MULTIPLIER + episode
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """The global torch, numpy and Python random states, as a checkpoint stores them: plain types and
+    tensors only, so ``torch.load(weights_only=True)`` can read them back."""
+    import random
+
+    import numpy as np
+    import torch  # imported here: the config layer imports this module and must stay light
+
+    np_state = np.random.get_state()
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": {
+            "name": str(np_state[0]),
+            "keys": torch.from_numpy(np_state[1].astype(np.int64)),
+            "pos": int(np_state[2]),
+            "has_gauss": int(np_state[3]),
+            "cached_gaussian": float(np_state[4]),
+        },
+        "python": random.getstate(),
+    }
+
+
+def restore_rng_state(rng: dict[str, Any]) -> None:
+    """Set the global random states from :func:`capture_rng_state`'s dict (or an older checkpoint's,
+    which pickled numpy's state tuple as is and had no Python state)."""
+    import random
+
+    import numpy as np
+    import torch
+
+    torch.set_rng_state(rng["torch"])
+    np_state = rng["numpy"]
+    if isinstance(np_state, dict):
+        keys = np_state["keys"].numpy().astype(np.uint32)
+        np.random.set_state((np_state["name"], keys, np_state["pos"], np_state["has_gauss"], np_state["cached_gaussian"]))
+    else:
+        np.random.set_state(np_state)
+    if "python" in rng:
+        version, internal, gauss = rng["python"]
+        random.setstate((version, tuple(internal), gauss))

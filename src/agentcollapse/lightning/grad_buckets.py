@@ -25,6 +25,7 @@ from agentcollapse.algorithms import ADVANTAGE_ESTIMATORS, compute_group_advanta
 from agentcollapse.config import RunConfig
 from agentcollapse.filtering import group_scores, rv_buckets
 from agentcollapse.lightning.hooks import HookResult
+from agentcollapse.lightning.update import micro_batches
 from agentcollapse.rollout.batch import RolloutBatch
 from agentcollapse.rollout.sequences import build_sequences, collate
 
@@ -59,7 +60,7 @@ def group_loss_terms(module: Any, batch: RolloutBatch, groups: list[int] | np.nd
     total_tokens = float(sum(sum(m) for m in seqs.loss_mask)) or 1.0
     task = zero
     reg = zero
-    for idx in module.micro_batches(seqs):
+    for idx in micro_batches(seqs, module.cfg.algorithm.micro_batch_size):
         mb = collate(seqs, idx, module.pad_id, device)
         mask = mb["response_mask"]
         logits, logp, _ = module.forward_sequences(mb, with_values=False)

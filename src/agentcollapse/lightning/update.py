@@ -1,0 +1,259 @@
+"""The policy update of one RL iteration, in named phases over one plan:
+
+1. :func:`plan_update`: the kept sequences, their optimizer steps (mini-batches) and this rank's
+   micro-batches, one :class:`MicroBatch` each, with every step's loss weights;
+2. :func:`score`: behaviour and reference log-probs and old values (no grad);
+3. :func:`assign_advantages`: group-relative per trajectory, or GAE (PPO);
+4. :func:`optimise`: per PPO epoch one optimizer step per mini-batch; per-micro-batch statistics;
+5. :func:`summarise`: the iteration's ``actor/*``, ``critic/*`` and ``perf/*`` metrics.
+
+The math is in ``agentcollapse.algorithms``; these functions run it on the module's model. On several
+ranks every rank holds the whole kept batch and runs its share of the micro-batches; gradients are
+summed across ranks once per step (``lightning.distributed``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+from agentcollapse.algorithms import compute_group_advantages, gae_advantages, micro_batch_weight, rl_objective, whiten_across
+from agentcollapse.lightning import distributed
+from agentcollapse.lightning.hooks import Selection
+from agentcollapse.rollout.batch import RolloutBatch
+from agentcollapse.rollout.sequences import Sequences, build_sequences, collate
+
+if TYPE_CHECKING:  # the module is lightning.module's AgentRLModule, which imports this file
+    from lightning import LightningModule
+
+__all__ = [
+    "STAT_KEYS",
+    "MicroBatch",
+    "StepWeight",
+    "UpdatePlan",
+    "assign_advantages",
+    "micro_batches",
+    "mini_batches",
+    "optimise",
+    "plan_update",
+    "score",
+    "summarise",
+]
+
+STAT_KEYS = ("pg_loss", "kl", "entropy", "clipfrac", "lower_clipfrac", "approx_kl", "value_loss")
+
+
+@dataclass
+class MicroBatch:
+    """One forward/backward of this rank, and what the phases attach to it."""
+
+    members: list[int]  # sequence indices into the plan's Sequences
+    tensors: dict[str, torch.Tensor]  # collate()'s padded batch
+    step: int  # the optimizer step (mini-batch) it belongs to
+    order: int  # its index among every rank's micro-batches: the one-process order of statistics
+    old_logp: torch.Tensor | None = None  # None: on-policy, the update's own detached log-probs
+    ref_logp: torch.Tensor | None = None  # with a KL term: the reference policy's (adapter off)
+    old_values: torch.Tensor | None = None  # PPO: the critic's values before the update
+    advantages: torch.Tensor | None = None  # [rows, positions], zero off the response tokens
+    value_targets: torch.Tensor | None = None  # PPO: GAE returns
+
+
+@dataclass(frozen=True)
+class StepWeight:
+    """What one optimizer step's micro-batch loss weights are relative to."""
+
+    tokens: float  # response tokens in the step
+    sequences: int  # sequences in the step
+    share: float  # the step's share of one full mini-batch (verl's gradient accumulation)
+
+
+@dataclass
+class UpdatePlan:
+    seqs: Sequences  # every kept sequence (global: every rank holds the whole kept batch)
+    returns: torch.Tensor  # [kept groups, G] episode returns
+    steps: list[list[int]]  # sequence indices of each optimizer step
+    weights: list[StepWeight]  # one per step
+    micro: list[MicroBatch]  # this rank's micro-batches, step by step
+    on_policy: bool  # one epoch of one step: the behaviour policy is the one being updated
+
+
+def micro_batches(seqs: Sequences, size: int, members: list[int] | None = None) -> list[list[int]]:
+    """Micro-batches of ``size`` similar-length sequences (little padding), in a fixed order, over
+    ``members`` (sequence indices; all of them by default)."""
+    pool = range(len(seqs.input_ids)) if members is None else members
+    order = sorted(pool, key=lambda i: len(seqs.input_ids[i]))
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
+def mini_batches(seqs: Sequences, size: int) -> list[list[int]]:
+    """The sequence indices of each optimizer step: whole trajectories in batch order, ``size`` of
+    them per step (verl's ppo_mini_batch_size), or every sequence in one step when it is 0. A filter
+    that keeps fewer groups then also takes fewer steps, as in the authors' code."""
+    if not size:
+        return [list(range(len(seqs.input_ids)))]
+    step_of = {t: k // size for k, t in enumerate(sorted(set(seqs.traj_index)))}
+    steps: list[list[int]] = [[] for _ in range(max(step_of.values(), default=-1) + 1)]
+    for i, t in enumerate(seqs.traj_index):
+        steps[step_of[t]].append(i)
+    return steps
+
+
+def plan_update(module: LightningModule, rollout: RolloutBatch, selection: Selection) -> UpdatePlan:
+    """The kept sequences of ``selection``, their steps and weights, and this rank's micro-batches."""
+    cfg = module.cfg.algorithm
+    kept_groups, traj_mask = selection.groups, selection.trajectory_mask
+    batch = rollout.select_groups(kept_groups)
+    returns = torch.as_tensor(batch.returns(), dtype=torch.float32, device=module.device)
+    seqs = build_sequences(batch)
+    if traj_mask is not None:  # trajectory-level filter: drop unkept trajectories' sequences
+        flat = traj_mask[kept_groups].reshape(-1)
+        keep = [i for i, t in enumerate(seqs.traj_index) if flat[t]]
+        seqs = Sequences(*[[getattr(seqs, f)[i] for i in keep] for f in ("input_ids", "loss_mask", "traj_index", "is_last")])
+    steps = mini_batches(seqs, cfg.mini_batch_size)
+    # This rank's share of the micro-batches (all of them with one process): the gradient summed
+    # over ranks is the one process's sum over every micro-batch.
+    rank, size = distributed.world()
+    micro: list[MicroBatch] = []
+    offset = 0
+    for step, members in enumerate(steps):
+        every = micro_batches(seqs, cfg.micro_batch_size, members)
+        for k in distributed.rank_share(len(every), rank, size):
+            micro.append(MicroBatch(every[k], collate(seqs, every[k], module.pad_id, module.device), step, offset + k))
+        offset += len(every)
+    # Each micro-batch's loss weight within its step; a step of fewer trajectories than
+    # mini_batch_size counts for its share of one, as verl's gradient accumulation does.
+    weights = []
+    for members in steps:
+        tokens = float(sum(sum(seqs.loss_mask[i]) for i in members)) or 1.0
+        share = len({seqs.traj_index[i] for i in members}) / cfg.mini_batch_size if cfg.mini_batch_size else 1.0
+        weights.append(StepWeight(tokens, len(members), share))
+    return UpdatePlan(seqs, returns, steps, weights, micro, on_policy=cfg.ppo_epochs == 1 and len(steps) == 1)
+
+
+@torch.no_grad()
+def score(module: LightningModule, plan: UpdatePlan) -> None:
+    """Behaviour log-probs, reference log-probs (adapter off) and old values of every micro-batch.
+    With one epoch of one step the update runs on the behaviour policy itself, so its own detached
+    log-probs are the old ones and that forward is skipped."""
+    algo = module.algo
+    for mb in plan.micro:
+        if not (plan.on_policy and not algo.use_critic):
+            _, logp, values = module.forward_sequences(mb.tensors, with_values=algo.use_critic)
+            mb.old_logp = None if plan.on_policy else logp
+            mb.old_values = values
+        if algo.kl_coef > 0:
+            with module.model.disable_adapter():
+                mb.ref_logp = module.forward_sequences(mb.tensors, with_values=False)[1]
+
+
+def assign_advantages(module: LightningModule, plan: UpdatePlan) -> None:
+    """Group-relative advantages per trajectory, credited to every response token; or GAE (PPO),
+    whitened over every rank's tokens."""
+    algo, seqs = module.algo, plan.seqs
+    if not algo.use_critic:
+        traj_adv = compute_group_advantages(algo.advantage, plan.returns).reshape(-1)
+        for mb in plan.micro:
+            per_seq = traj_adv[[seqs.traj_index[i] for i in mb.members]]
+            mb.advantages = per_seq[:, None] * mb.tensors["response_mask"]
+        return
+    flat_returns = plan.returns.reshape(-1)
+    raw = []
+    for mb in plan.micro:
+        mask = mb.tensors["response_mask"]
+        rewards = torch.zeros_like(mask)
+        for row, i in enumerate(mb.members):
+            if seqs.is_last[i] and mask[row].any():  # the return is credited at the last token
+                rewards[row, int(torch.nonzero(mask[row]).max())] = float(flat_returns[seqs.traj_index[i]])
+        adv, mb.value_targets = gae_advantages(rewards, mb.old_values, mask, algo.gamma, algo.lam)
+        raw.append(adv)
+    reduce = None if distributed.world()[1] == 1 else (lambda t: distributed.sum_across(t.to(module.device)))
+    whitened = whiten_across(raw, [mb.tensors["response_mask"] for mb in plan.micro], reduce=reduce)
+    for mb, adv in zip(plan.micro, whitened):
+        mb.advantages = adv
+
+
+def optimise(module: LightningModule, plan: UpdatePlan, loss_scale: float) -> tuple[dict[str, list], list[float], bool]:
+    """Per PPO epoch one optimizer step per mini-batch. Returns the per-micro-batch statistics keyed
+    by (epoch, one-process order), the gradient norm of each step taken, and whether a NaN/inf loss
+    or gradient stopped the update."""
+    algo, cfg = module.algo, module.cfg
+    stats: dict[str, list[tuple[int, int, float]]] = {k: [] for k in STAT_KEYS}
+    grad_norms: list[float] = []
+    opt = module.optimizers()
+    params = [p for g in opt.param_groups for p in g["params"]]
+    for epoch in range(cfg.algorithm.ppo_epochs):
+        for step, weight in enumerate(plan.weights):
+            opt.zero_grad(set_to_none=True)
+            nonfinite = False
+            # Lightning's DDP reducer would all-reduce at every backward and wait for ranks that run
+            # fewer micro-batches (or none): gradients are summed once below instead.
+            with distributed.without_reducer(module.trainer.strategy.model):
+                for mb in (m for m in plan.micro if m.step == step):
+                    key = (epoch, mb.order)
+                    mask = mb.tensors["response_mask"]
+                    logits, logp, values = module.forward_sequences(mb.tensors, with_values=algo.use_critic)
+                    old = logp.detach() if mb.old_logp is None else mb.old_logp
+                    w = weight.share * micro_batch_weight(
+                        algo.loss_agg_mode, float(mask.sum()), weight.tokens, len(mb.members), weight.sequences
+                    )
+                    terms = rl_objective(
+                        algo,
+                        logits,
+                        logp,
+                        old,
+                        mb.advantages,
+                        mask,
+                        cfg.rollout.max_new_tokens,
+                        weight=w,
+                        ref_logp=mb.ref_logp if algo.kl_coef > 0 else None,
+                        values=values,
+                        value_targets=mb.value_targets if values is not None else None,
+                        old_values=mb.old_values if values is not None else None,
+                    )
+                    if terms.kl is not None:
+                        stats["kl"].append((*key, float(terms.kl)))
+                    if terms.value_loss is not None:
+                        stats["value_loss"].append((*key, float(terms.value_loss)))
+                    loss = terms.total * loss_scale
+                    if not torch.isfinite(loss):
+                        nonfinite = True
+                        break
+                    module.manual_backward(loss)
+                    stats["pg_loss"].append((*key, float(terms.policy.loss.detach())))
+                    stats["entropy"].append((*key, float(terms.entropy)))
+                    stats["clipfrac"].append((*key, float(terms.policy.clipfrac)))
+                    stats["lower_clipfrac"].append((*key, float(terms.policy.lower_clipfrac)))
+                    stats["approx_kl"].append((*key, float(terms.policy.approx_kl)))
+            if distributed.any_rank(nonfinite):
+                opt.zero_grad(set_to_none=True)
+                return stats, grad_norms, True
+            distributed.all_reduce_grads(params)
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.algorithm.max_grad_norm)
+            if not torch.isfinite(grad_norm):
+                opt.zero_grad(set_to_none=True)
+                return stats, grad_norms, True
+            grad_norms.append(float(grad_norm))
+            opt.step()
+    return stats, grad_norms, False
+
+
+def summarise(
+    plan: UpdatePlan, stats: dict[str, list], grad_norms: list[float], loss_scale: float, nonfinite_total: int
+) -> dict[str, float]:
+    """The update's metrics: every rank's statistics gathered and put back in the one-process order,
+    so their means are the one process's."""
+    parts = distributed.gather_objects(stats)
+    merged = {k: [v for _, _, v in sorted(e for part in parts for e in part[k])] for k in stats}
+    merged["grad_norm"] = grad_norms
+    out = {f"actor/{k}": float(np.mean(v)) for k, v in merged.items() if v and k != "value_loss"}
+    if merged["value_loss"]:
+        out["critic/value_loss"] = float(np.mean(merged["value_loss"]))
+    out["actor/nonfinite_loss_count"] = float(nonfinite_total)
+    out["actor/loss_scale"] = float(loss_scale)
+    out["actor/num_sequences"] = float(len(plan.seqs.input_ids))
+    out["actor/optimizer_steps"] = float(len(grad_norms))
+    out["perf/update_tokens"] = float(sum(mb.tensors["input_ids"].numel() for mb in plan.micro))
+    return out
