@@ -38,12 +38,11 @@ format: $(STAMP) ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix src tests benchmarks scripts analysis
 	$(BIN)/ruff format src tests benchmarks scripts analysis
 
-test: lint ## lint, then the test suite on 2 workers, then the tests that start processes of their own, alone (< 15 min on 2 cores)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not alone"
-	$(BIN)/python -m pytest -q -m alone
+test: lint ## lint, then the test suite on 2 workers of one thread (< 15 min on 2 cores)
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
 
 test-fast: $(STAMP) ## run the tests without the slow end-to-end ones, on 2 workers
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow and not alone"
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow"
 
 sweep: $(STAMP) ## the main job: sweeps/$(SWEEP).yaml on ENV with JOBS workers (~1 h on 2 cores); DIR=<sweep dir> resumes one; SEEDS=<n> seeds per cell; N=<trials> for tpe searches
 	$(BIN)/agentcollapse sweep --name $(SWEEP) --jobs $(JOBS) $(if $(DIR),--dir $(DIR),) env=$(ENV) $(if $(SEEDS),seed=$(shell seq -s, 0 $$(( $(SEEDS) - 1 ))),) $(if $(N),hydra.sweeper.n_trials=$(N),) $(ARGS)

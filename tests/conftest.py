@@ -33,8 +33,13 @@ TINY_OVERRIDES = [
 
 
 @pytest.fixture(scope="session")
-def cache_dir(tmp_path_factory):
-    return str(tmp_path_factory.mktemp("cache"))
+def cache_dir(tmp_path_factory, worker_id):
+    if worker_id == "master":  # a plain pytest
+        return str(tmp_path_factory.mktemp("cache"))
+    # xdist: the workers of one run share one cache, so each model is built once (models.cache.build_lock)
+    shared = tmp_path_factory.getbasetemp().parent / "cache"
+    shared.mkdir(exist_ok=True)
+    return str(shared)
 
 
 @pytest.fixture()

@@ -15,7 +15,8 @@ import pytest
 from tests.cli.test_train_cli import agentcollapse, cli_env, metrics, summary
 from tests.conftest import TINY_OVERRIDES
 
-pytestmark = pytest.mark.alone  # several processes on both cores: make test runs it on its own
+# starts processes of its own: one xdist worker runs these tests one after another, never two at once
+pytestmark = pytest.mark.xdist_group("processes")
 
 # The smoke trainer's settings spelled out: trainer=ddp replaces the trainer group they came from.
 OVERRIDES = [

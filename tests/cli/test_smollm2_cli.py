@@ -11,7 +11,8 @@ import pytest
 
 from tests.cli.test_train_cli import RUN_OVERRIDES, cli_env, metrics, run, start_and_wait, summary, train_cmd
 
-pytestmark = pytest.mark.alone  # several processes on both cores: make test runs it on its own
+# starts processes of its own: one xdist worker runs these tests one after another, never two at once
+pytestmark = pytest.mark.xdist_group("processes")
 
 SMOLLM2_OVERRIDES = [
     "model=smollm2-135m",

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.alone  # several processes on both cores: make test runs it on its own
+# starts processes of its own: one xdist worker runs these tests one after another, never two at once
+pytestmark = pytest.mark.xdist_group("processes")
 
 ROOT = Path(__file__).resolve().parents[2]
 

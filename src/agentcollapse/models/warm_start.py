@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import AutoModelForCausalLM
 
+from agentcollapse.models.cache import build_lock
 from agentcollapse.models.hf import quiet_loading
 from agentcollapse.models.lora import add_lora
 from agentcollapse.models.tiny import (
@@ -79,38 +80,41 @@ def warm_started_dir(
     target = root / warm_start_key(base_dir, model_cfg, env_cfg)
     if (target / "meta.json").exists():
         return target
-    ws, lora = model_cfg.warm_start, model_cfg.lora
-    started = time.time()
-    torch.manual_seed(ws.seed)
-    tokenizer = load_tokenizer(base_dir)
-    with quiet_loading():
-        base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32, local_files_only=True)
-    _, episodes = demonstration_episodes(env_cfg, ws.episodes, ws.suboptimal_prob, ws.template_prob, ws.seed)
-    sequences = [episode_sequence(tokenizer, turns) for turns in episodes]
-    model = add_lora(base, lora.r, lora.alpha, 0.0, lora.target_modules)
-    batches = length_bucketed_batches([len(ids) for ids, _ in sequences], ws.batch_size, ws.batch_tokens)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    final_loss = supervised_fine_tune(model, sequences, batches, ws.steps, ws.lr, ws.seed, pad_id, progress, ws.context_loss_weight)
-    merged = model.merge_and_unload()
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".warm-starting-", dir=root))
-    with quiet_loading():
-        merged.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    tokens = [len(ids) for ids, _ in sequences]
-    meta: dict[str, Any] = {
-        "key": target.name,
-        "base": str(base_dir),
-        "env": env_cfg.name,
-        "final_sft_loss": final_loss,
-        "episodes": len(sequences),
-        "mean_episode_tokens": sum(tokens) / max(1, len(tokens)),
-        "weights_sha256": weights_hash(merged),
-        "build_seconds": round(time.time() - started, 1),
-    }
-    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(tmp, target)  # atomic: a crash never leaves a half-built model under the key
-    log.info("warm-started %s on %s in %.0fs (sft loss %.3f)", base_dir.name, env_cfg.name, meta["build_seconds"], final_loss)
+    with build_lock(target):  # concurrent processes on one cold cache build it once
+        if (target / "meta.json").exists():
+            return target
+        ws, lora = model_cfg.warm_start, model_cfg.lora
+        started = time.time()
+        torch.manual_seed(ws.seed)
+        tokenizer = load_tokenizer(base_dir)
+        with quiet_loading():
+            base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32, local_files_only=True)
+        _, episodes = demonstration_episodes(env_cfg, ws.episodes, ws.suboptimal_prob, ws.template_prob, ws.seed)
+        sequences = [episode_sequence(tokenizer, turns) for turns in episodes]
+        model = add_lora(base, lora.r, lora.alpha, 0.0, lora.target_modules)
+        batches = length_bucketed_batches([len(ids) for ids, _ in sequences], ws.batch_size, ws.batch_tokens)
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        final_loss = supervised_fine_tune(model, sequences, batches, ws.steps, ws.lr, ws.seed, pad_id, progress, ws.context_loss_weight)
+        merged = model.merge_and_unload()
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".warm-starting-", dir=root))
+        with quiet_loading():
+            merged.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tokens = [len(ids) for ids, _ in sequences]
+        meta: dict[str, Any] = {
+            "key": target.name,
+            "base": str(base_dir),
+            "env": env_cfg.name,
+            "final_sft_loss": final_loss,
+            "episodes": len(sequences),
+            "mean_episode_tokens": sum(tokens) / max(1, len(tokens)),
+            "weights_sha256": weights_hash(merged),
+            "build_seconds": round(time.time() - started, 1),
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(tmp, target)  # atomic: a crash never leaves a half-built model under the key
+        log.info("warm-started %s on %s in %.0fs (sft loss %.3f)", base_dir.name, env_cfg.name, meta["build_seconds"], final_loss)
     return target
