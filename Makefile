@@ -38,11 +38,16 @@ format: $(STAMP) ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix src tests benchmarks scripts analysis
 	$(BIN)/ruff format src tests benchmarks scripts analysis
 
-test: lint ## lint, then the test suite on 2 workers of one thread (< 15 min on 2 cores)
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup
+# Two passes sharing one model cache: the tests on 2 xdist workers of one thread each, then the tests
+# that start processes of their own (DDP, sweep workers, the SmolLM2 CLI pair: marker `alone`) one at a time.
+test: lint ## lint, then the test suite: 2 workers, then the multi-process tests alone (< 15 min on 2 cores)
+	@cache=$$(mktemp -d); \
+	AGENTCOLLAPSE_TEST_CACHE=$$cache $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not alone" \
+	&& AGENTCOLLAPSE_TEST_CACHE=$$cache $(BIN)/python -m pytest -q -m alone; \
+	status=$$?; rm -rf $$cache; exit $$status
 
 test-fast: $(STAMP) ## run the tests without the slow end-to-end ones, on 2 workers
-	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow"
+	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow and not alone"
 
 sweep: $(STAMP) ## the main job: sweeps/$(SWEEP).yaml on ENV with JOBS workers (~1 h on 2 cores); DIR=<sweep dir> resumes one; SEEDS=<n> seeds per cell; N=<trials> for tpe searches
 	$(BIN)/agentcollapse sweep --name $(SWEEP) --jobs $(JOBS) $(if $(DIR),--dir $(DIR),) env=$(ENV) $(if $(SEEDS),seed=$(shell seq -s, 0 $$(( $(SEEDS) - 1 ))),) $(if $(N),hydra.sweeper.n_trials=$(N),) $(ARGS)

@@ -34,6 +34,8 @@ TINY_OVERRIDES = [
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory, worker_id):
+    if os.environ.get("AGENTCOLLAPSE_TEST_CACHE"):  # make test: both of its passes share one cache
+        return os.environ["AGENTCOLLAPSE_TEST_CACHE"]
     if worker_id == "master":  # a plain pytest
         return str(tmp_path_factory.mktemp("cache"))
     # xdist: the workers of one run share one cache, so each model is built once (models.cache.build_lock)

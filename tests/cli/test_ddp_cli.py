@@ -15,8 +15,8 @@ import pytest
 from tests.cli.test_train_cli import agentcollapse, cli_env, metrics, summary
 from tests.conftest import TINY_OVERRIDES
 
-# starts processes of its own: one xdist worker runs these tests one after another, never two at once
-pytestmark = pytest.mark.xdist_group("processes")
+# starts processes of its own on both cores: make test runs it after the 2-worker pass, alone
+pytestmark = [pytest.mark.alone, pytest.mark.xdist_group("processes")]
 
 # The smoke trainer's settings spelled out: trainer=ddp replaces the trainer group they came from.
 OVERRIDES = [

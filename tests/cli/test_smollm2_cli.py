@@ -11,8 +11,8 @@ import pytest
 
 from tests.cli.test_train_cli import RUN_OVERRIDES, cli_env, metrics, run, start_and_wait, summary, train_cmd
 
-# starts processes of its own: one xdist worker runs these tests one after another, never two at once
-pytestmark = pytest.mark.xdist_group("processes")
+# starts processes of its own on both cores: make test runs it after the 2-worker pass, alone
+pytestmark = [pytest.mark.alone, pytest.mark.xdist_group("processes")]
 
 SMOLLM2_OVERRIDES = [
     "model=smollm2-135m",

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-# starts processes of its own: one xdist worker runs these tests one after another, never two at once
-pytestmark = pytest.mark.xdist_group("processes")
+# starts processes of its own on both cores: make test runs it after the 2-worker pass, alone
+pytestmark = [pytest.mark.alone, pytest.mark.xdist_group("processes")]
 
 ROOT = Path(__file__).resolve().parents[2]
 
