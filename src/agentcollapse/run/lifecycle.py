@@ -25,7 +25,7 @@ from omegaconf import DictConfig
 from agentcollapse.config import RunConfig
 from agentcollapse.config.compose import load_run_config, to_yaml
 from agentcollapse.errors import UserError
-from agentcollapse.models.policy import check_causal_lm_dir, check_tokenizer
+from agentcollapse.models.policy import check_causal_lm_dir
 from agentcollapse.records import RunRecorder, read_summary
 from agentcollapse.run import trainer as run_trainer
 from agentcollapse.run.directory import check_writable_dir, checkpoint_iteration, last_checkpoint, prepare_run_dir
@@ -52,11 +52,12 @@ def launched_rank() -> int:
 
 
 def preflight(cfg: RunConfig, claim_run_dir: bool = True) -> tuple[Path, Path | None] | None:
-    """The checks that touch the disk, before anything heavy: the model directory and its tokenizer
-    (chat template, EOS) or the model cache, then (unless ``claim_run_dir`` is false) the run
-    directory, returning it and the checkpoint to resume from."""
+    """The checks that touch the disk, before anything heavy: the model directory (its tokenizer's chat
+    template and EOS are checked where the policy loads it, ``models.policy.resolve_model_dir``, before
+    any warm start) or the model cache, then (unless ``claim_run_dir`` is false) the run directory,
+    returning it and the checkpoint to resume from."""
     if cfg.model.path:
-        check_tokenizer(check_causal_lm_dir(cfg.model.path, cfg.model.hub_id))
+        check_causal_lm_dir(cfg.model.path, cfg.model.hub_id)
     elif cfg.model.name != "hf":
         check_writable_dir(Path(cfg.cache_dir).expanduser(), "cache directory", "set cache_dir=<a writable dir> or AGENTCOLLAPSE_CACHE")
     return prepare_run_dir(cfg.run_dir, cfg.resume) if claim_run_dir else None
