@@ -1,8 +1,12 @@
-"""Bad input through the real entry point (``agentcollapse train ...`` in a subprocess).
+"""Bad input through the real entry point (``agentcollapse train ...``).
 
 Each case must exit with status 2 and print exactly one line, ``error: ...``, that names the fix, with no
 Python traceback, and must not create the run directory (nor a stray Hydra ``runs/`` dir in the working
 directory). None of these cases reaches training: the checks run before the model is built.
+
+The config cases call the entry point's ``main`` in this process (a subprocess costs ~12 s of imports
+each on 2 busy cores, 5 minutes for the table); one of them also runs as the installed console script,
+so the process boundary (exit status, stderr) is checked too.
 """
 
 from __future__ import annotations
@@ -99,28 +103,50 @@ CASES = {
 }
 
 
+def run_in_process(args: list[str], cwd: Path, capsys, monkeypatch) -> subprocess.CompletedProcess:
+    """``agentcollapse <args>`` through the entry point's ``main`` in this process, as a CompletedProcess."""
+    from agentcollapse.cli.main import main
+
+    monkeypatch.chdir(cwd)
+    capsys.readouterr()
+    code = 0
+    try:
+        main(args)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, code, out.out, out.err)
+
+
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_override_is_one_clear_line(case, tmp_path, cache_dir):
+def test_bad_override_is_one_clear_line(case, tmp_path, cache_dir, capsys, monkeypatch):
     overrides, fragments = CASES[case]
-    proc = run_cli(train_args(tmp_path, cache_dir, *overrides), cwd=tmp_path)
+    proc = run_in_process(train_args(tmp_path, cache_dir, *overrides), tmp_path, capsys, monkeypatch)
     assert_one_line_error(proc, *fragments)
     assert not (tmp_path / "run").exists()  # a config error never claims the run dir
     assert not (tmp_path / "runs").exists()  # nor leaves a Hydra output dir behind
 
 
-def test_model_path_that_is_not_a_causal_lm(tmp_path, cache_dir, not_a_causal_lm):
-    proc = run_cli(train_args(tmp_path, cache_dir, f"model.path={not_a_causal_lm}"), cwd=tmp_path)
+def test_a_bad_override_through_the_console_script(tmp_path, cache_dir):
+    overrides, fragments = CASES["unknown key appended with +"]
+    proc = run_cli(train_args(tmp_path, cache_dir, *overrides), cwd=tmp_path)
+    assert_one_line_error(proc, *fragments)
+    assert not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()
+
+
+def test_model_path_that_is_not_a_causal_lm(tmp_path, cache_dir, not_a_causal_lm, capsys, monkeypatch):
+    proc = run_in_process(train_args(tmp_path, cache_dir, f"model.path={not_a_causal_lm}"), tmp_path, capsys, monkeypatch)
     assert_one_line_error(proc, "is a BertModel, not a causal LM", "ForCausalLM")
     assert not (tmp_path / "run").exists()
 
 
-def test_cache_dir_that_is_not_writable(tmp_path, regular_file):
-    proc = run_cli(train_args(tmp_path, str(regular_file / "cache")), cwd=tmp_path)
+def test_cache_dir_that_is_not_writable(tmp_path, regular_file, capsys, monkeypatch):
+    proc = run_in_process(train_args(tmp_path, str(regular_file / "cache")), tmp_path, capsys, monkeypatch)
     assert_one_line_error(proc, f"cache directory {regular_file / 'cache'} is not writable", "cache_dir=", "AGENTCOLLAPSE_CACHE")
 
 
-def test_run_dir_that_is_not_writable(tmp_path, cache_dir, regular_file):
-    proc = run_cli([*train_args(tmp_path, cache_dir), f"run_dir={regular_file / 'run'}"], cwd=tmp_path)
+def test_run_dir_that_is_not_writable(tmp_path, cache_dir, regular_file, capsys, monkeypatch):
+    proc = run_in_process([*train_args(tmp_path, cache_dir), f"run_dir={regular_file / 'run'}"], tmp_path, capsys, monkeypatch)
     assert_one_line_error(proc, "is not writable", "choose another run_dir")
 
 
@@ -138,23 +164,23 @@ def files_of(run_dir: Path) -> dict[str, bytes]:
     return {str(p.relative_to(run_dir)): p.read_bytes() for p in run_dir.rglob("*") if p.is_file()}
 
 
-def test_existing_run_dir_without_resume_is_refused_and_left_alone(tmp_path, cache_dir):
+def test_existing_run_dir_without_resume_is_refused_and_left_alone(tmp_path, cache_dir, capsys, monkeypatch):
     before = write_old_run(tmp_path / "run")
-    proc = run_cli(train_args(tmp_path, cache_dir), cwd=tmp_path)
+    proc = run_in_process(train_args(tmp_path, cache_dir), tmp_path, capsys, monkeypatch)
     assert_one_line_error(proc, "already holds a run", "resume=true", "choose another run_dir")
     assert files_of(tmp_path / "run") == before  # nothing overwritten, nothing added
 
 
-def test_resume_without_a_checkpoint(tmp_path, cache_dir):
+def test_resume_without_a_checkpoint(tmp_path, cache_dir, capsys, monkeypatch):
     before = write_old_run(tmp_path / "run")
-    proc = run_cli(train_args(tmp_path, cache_dir, "resume=true"), cwd=tmp_path)
+    proc = run_in_process(train_args(tmp_path, cache_dir, "resume=true"), tmp_path, capsys, monkeypatch)
     assert_one_line_error(proc, "resume=true but", "last.ckpt does not exist")
     assert files_of(tmp_path / "run") == before
 
 
-def test_corrupt_checkpoint_on_resume(tmp_path, cache_dir):
+def test_corrupt_checkpoint_on_resume(tmp_path, cache_dir, capsys, monkeypatch):
     before = write_old_run(tmp_path / "run", checkpoint=os.urandom(4096))
-    proc = run_cli(train_args(tmp_path, cache_dir, "resume=true"), cwd=tmp_path)
+    proc = run_in_process(train_args(tmp_path, cache_dir, "resume=true"), tmp_path, capsys, monkeypatch)
     assert_one_line_error(proc, "is corrupt or not ours", "start a fresh run_dir")
     assert files_of(tmp_path / "run") == before  # the old record is kept as it was
 
