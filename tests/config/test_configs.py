@@ -159,8 +159,11 @@ def test_skip_samplers_defaults_and_names_are_checked(cache_dir):
         compose(["diagnostics.skip_samplers=[turn]", f"cache_dir={cache_dir}"])
 
 
-def test_fsdp_is_refused_with_the_reason_and_the_alternative(cache_dir):
-    with pytest.raises(UserError, match=r"trainer.strategy=fsdp is not supported yet: .* Use trainer=ddp"):
-        compose(["trainer.strategy=fsdp", f"cache_dir={cache_dir}"])
-    with pytest.raises(UserError, match="unknown trainer.strategy 'deepspeed'; valid: auto, ddp"):
-        compose(["trainer.strategy=deepspeed", f"cache_dir={cache_dir}"])
+def test_fsdp_composes_and_strategies_that_cannot_work_are_one_line(cache_dir):
+    cfg = compose(["trainer=fsdp", f"cache_dir={cache_dir}"])
+    assert (cfg.trainer.strategy, cfg.trainer.devices, cfg.trainer.fsdp_param_dtype) == ("fsdp", 2, "auto")
+    for name in ("fsdp_cpu_offload", "deepspeed", "ddp_spawn"):  # Lightning's FSDP1, DeepSpeed, spawned ranks
+        with pytest.raises(UserError, match=rf"trainer.strategy='{name}' is not supported: use auto, ddp or fsdp \(FSDP2"):
+            compose([f"trainer.strategy={name}", f"cache_dir={cache_dir}"])
+    with pytest.raises(UserError, match="unknown trainer.fsdp_param_dtype 'fp8'; valid: auto, bfloat16, float32, none"):
+        compose(["trainer=fsdp", "trainer.fsdp_param_dtype=fp8", f"cache_dir={cache_dir}"])

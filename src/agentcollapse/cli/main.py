@@ -6,6 +6,8 @@ Commands:
   base-model  (re)build the tiny warm-started policy for env=... and print its held-out success
   mi-check    roll out one batch and print Std(RV)/Mean(RV) with a reading (METHOD.md section 5)
   doctor      check the environment: versions, cache dir, tiny model build, wandb mode, disk
+  export-checkpoint RUN_DIR
+              turn a trainer=fsdp run's sharded checkpoint into one file (resumable in one process)
 
 Overrides are Hydra's: ``agentcollapse train env=sokoban algorithm=ppo filter=rv_top_p``.
 Print the composed config without running: ``agentcollapse train --cfg job``.
@@ -18,7 +20,7 @@ import sys
 
 from agentcollapse.errors import UserError
 
-COMMANDS = ("train", "sweep", "base-model", "mi-check", "doctor")
+COMMANDS = ("train", "sweep", "base-model", "mi-check", "doctor", "export-checkpoint")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -44,6 +46,10 @@ def main(argv: list[str] | None = None) -> None:
             from agentcollapse.cli.tools import mi_check
 
             mi_check(rest)
+        elif command == "export-checkpoint":
+            from agentcollapse.cli.tools import export_checkpoint
+
+            export_checkpoint(rest)
         elif command == "doctor":
             from agentcollapse.run.doctor import doctor
 

@@ -1,10 +1,12 @@
-"""Small commands around training: rebuild the base model, and the pre-training Std(RV)/Mean(RV) check.
-The work is in ``agentcollapse.run.jobs``; this module prints it."""
+"""Small commands around training: rebuild the base model, the pre-training Std(RV)/Mean(RV) check, and
+the export of a sharded checkpoint. The work is in ``agentcollapse.run``; this module prints it."""
 
 from __future__ import annotations
 
 import json
 
+from agentcollapse.errors import UserError
+from agentcollapse.run.directory import checkpoint_iteration, export_full_checkpoint
 from agentcollapse.run.jobs import rebuild_base_model, rv_check
 
 
@@ -24,3 +26,10 @@ def mi_check(overrides: list[str]) -> None:
     print(f"per-group reward variance: {' '.join(f'{v:.3f}' for v in r['group_rv'])}")
     print(f"Std(RV)/Mean(RV) = {r['ratio']:.3f}")
     print(r["reading"])
+
+
+def export_checkpoint(args: list[str]) -> None:
+    if len(args) != 1 or args[0].startswith("-"):
+        raise UserError("usage: agentcollapse export-checkpoint RUN_DIR (a trainer=fsdp run whose checkpoints/last.ckpt is a directory)")
+    path = export_full_checkpoint(args[0])
+    print(f"wrote {path} (iteration {checkpoint_iteration(path)}): one file; resume=true run_dir={args[0]} continues it with any trainer")

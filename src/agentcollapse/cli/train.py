@@ -107,9 +107,10 @@ def refuse_multirun_ddp(argv: list[str]) -> None:
 
     for a in argv:
         key, _, value = a.lstrip("+~").partition("=")
-        if key == "trainer" and "ddp" in value.split(","):
-            check_single_process("ddp", None, f" ({a})")
-        if key == "trainer.strategy" and any(v.startswith("ddp") for v in value.split(",")):
+        for multi in ("ddp", "fsdp"):
+            if key == "trainer" and multi in value.split(","):
+                check_single_process(multi, None, f" ({a})")
+        if key == "trainer.strategy" and any(v.startswith(("ddp", "fsdp")) for v in value.split(",")):
             check_single_process(value, None, f" ({a})")
 
 

@@ -24,6 +24,8 @@ from agentcollapse.errors import UserError
 from agentcollapse.seeds import MAX_RESAMPLE_ROUNDS
 
 __all__ = [
+    "FSDP_PARAM_DTYPES",
+    "TRAINER_STRATEGIES",
     "AlgorithmConfig",
     "DiagnosticsConfig",
     "EnvConfig",
@@ -313,6 +315,10 @@ class DiagnosticsConfig:
         _at_least("diagnostics.grad_buckets_every", self.grad_buckets_every, 1)
 
 
+TRAINER_STRATEGIES = ("auto", "ddp", "fsdp")
+FSDP_PARAM_DTYPES = ("auto", "bfloat16", "float32", "none")
+
+
 @dataclass
 class TrainerConfig:
     max_steps: int = opt(20, help="RL iterations (one rollout batch and update each)")
@@ -324,8 +330,13 @@ class TrainerConfig:
     )
     checkpoint_every: int = opt(10, help="write checkpoints/last.ckpt every N iterations (0: never)")
     accelerator: str = opt("cpu", help="Lightning accelerator: cpu | gpu | auto")
-    devices: int = opt(1, help="processes/GPUs")
-    strategy: str = opt("auto", help="Lightning strategy: auto | ddp (fsdp is refused: see validate)")
+    devices: int = opt(1, help="processes (GPUs) per node")
+    num_nodes: int = opt(1, help="nodes (machines); each starts trainer.devices processes")
+    strategy: str = opt("auto", help="Lightning strategy: auto (one process) | ddp (whole model per rank) | fsdp (FSDP2, weights sharded)")
+    fsdp_param_dtype: str = opt(
+        "auto",
+        help="fsdp: dtype weights are gathered and computed in: auto (bf16 on a CUDA GPU that has it, else the weights') | bfloat16 | float32 | none",
+    )
     num_threads: int = opt(2, help="torch CPU threads of this run")
     progress_bar: bool = opt(True, help="live progress on a terminal (a line every few percent otherwise)")
 
@@ -335,17 +346,15 @@ class TrainerConfig:
         _at_least("trainer.checkpoint_every", self.checkpoint_every, 0)
         _at_least("trainer.num_threads", self.num_threads, 1)
         _at_least("trainer.devices", self.devices, 1)
-        if self.strategy == "fsdp":
-            # Refused rather than left to hang: the update sums gradients across ranks itself
-            # (lightning/distributed.py), which FSDP's sharded, reduce-scattered gradients break, and
-            # ranks run different numbers of forwards, which FSDP's per-module all-gathers cannot.
+        _at_least("trainer.num_nodes", self.num_nodes, 1)
+        if self.strategy not in TRAINER_STRATEGIES:
+            # Lightning's other names (FSDP1's "fsdp_*", "deepspeed", "ddp_spawn", ...) would start
+            # and then break the update: it needs every rank in step at each backward, and FSDP2.
             raise UserError(
-                "trainer.strategy=fsdp is not supported yet: the update sums full gradients across ranks "
-                "itself and each rank runs its own number of micro-batches, neither of which FSDP's sharded "
-                "parameters allow. Use trainer=ddp (every GPU holds the whole model; LoRA keeps a 3B policy's "
-                "optimizer state small)"
+                f"trainer.strategy={self.strategy!r} is not supported: use auto, ddp or fsdp (FSDP2 through "
+                "Lightning's ModelParallelStrategy); FSDP1, DeepSpeed and spawned processes are not"
             )
-        _one_of("trainer.strategy", self.strategy, ("auto", "ddp"))
+        _one_of("trainer.fsdp_param_dtype", self.fsdp_param_dtype, FSDP_PARAM_DTYPES)
         if self.val_every > 0:
             _at_least("trainer.val_episodes", self.val_episodes, 1)
             if not self.val_temperatures:

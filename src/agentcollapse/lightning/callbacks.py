@@ -4,6 +4,7 @@ iterations. (What watches and what intervenes is composed from ``callbacks=<pres
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,8 @@ class IterationCheckpoint(L.Callback):
     """Save ``last.ckpt`` every N RL iterations (not optimizer steps: an update may be skipped).
 
     Written to a temporary name and renamed, so a kill mid-write leaves the previous checkpoint intact.
+    Under FSDP it is a directory of shards (one per rank, written by every rank) plus Lightning's
+    ``meta.pt``; the old directory is moved aside before the new one takes its name, then deleted.
     """
 
     def __init__(self, dirpath: str | os.PathLike, every: int) -> None:
@@ -49,10 +52,17 @@ class IterationCheckpoint(L.Callback):
             self.save(trainer)
 
     def save(self, trainer: L.Trainer) -> None:
-        tmp = self.dirpath / ".last.ckpt.tmp"
-        trainer.save_checkpoint(tmp)
-        if trainer.is_global_zero:
-            os.replace(tmp, self.last)
+        tmp, old = self.dirpath / ".last.ckpt.tmp", self.dirpath / ".last.ckpt.old"
+        if trainer.is_global_zero and tmp.is_dir():  # a sharded write a kill interrupted
+            shutil.rmtree(tmp)
+        trainer.save_checkpoint(tmp)  # every rank takes part (its first step waits for rank 0)
+        if not trainer.is_global_zero:
+            return
+        if tmp.is_dir() and self.last.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(self.last, old)
+        os.replace(tmp, self.last)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 class LineProgress(L.Callback):

@@ -1,34 +1,46 @@
-"""Data parallelism of the RL iteration (``trainer=ddp``), as plain functions of the process group.
+"""Data parallelism of the RL iteration (``trainer=ddp`` and ``trainer=fsdp``), as plain functions of
+the process group.
 
 One RL iteration on N ranks computes what one process computes: ``rollout.num_prompts`` is the
 global P; each rank rolls out a contiguous block of the P groups (:func:`shard_bounds`), with the
 sampling streams the single-process batch gives those groups, and :func:`gather_objects` hands every
 rank the whole batch in global group order. Hooks (diagnostics, filter) then see the same global
-batch everywhere; the update splits the kept micro-batches across ranks (:func:`rank_share`) and sums
-their gradients (:func:`all_reduce_grads`) instead of relying on the DDP reducer, which expects one
-backward per forward and hangs when ranks run different numbers of micro-batches or none.
+batch everywhere. The update deals each optimizer step's micro-batches to the ranks so that every
+rank runs the same number (:func:`deal_evenly`; a rank short of work runs a zero-weight padding
+micro-batch), because the strategy's own gradient synchronisation needs that: DDP's reducer
+all-reduces at the step's last backward (:func:`gradient_sync` holds it off before), FSDP2
+all-gathers every layer in every forward and reduce-scatters in every synchronised backward. Both
+average over ranks, so each rank's loss is scaled by the world size (:func:`gradient_scale`).
+
+FSDP shards the weights (:func:`shard_for_fsdp`); decoding (rollouts, diagnostics, evaluation) runs
+a different number of forwards on each rank, so it runs on weights gathered once for the whole
+phase (:func:`whole_weights`), never per decoded token.
 
 Every function is a no-op with one process (or no initialised process group).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager, nullcontext
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import torch
 
 __all__ = [
-    "all_reduce_grads",
     "any_rank",
     "broadcast_object",
+    "deal_evenly",
+    "fsdp_modules",
+    "fsdp_param_dtype",
     "gather_objects",
-    "rank_share",
+    "gradient_scale",
+    "gradient_sync",
     "shard_bounds",
+    "shard_for_fsdp",
     "sum_across",
+    "whole_weights",
     "world",
-    "without_reducer",
 ]
 
 T = TypeVar("T")
@@ -52,10 +64,21 @@ def shard_bounds(num_items: int, rank: int, world_size: int) -> tuple[int, int]:
     return start, start + base + (1 if rank < extra else 0)
 
 
-def rank_share(num_items: int, rank: int, world_size: int) -> list[int]:
-    """Item indices ``rank`` works on, round-robin: micro-batches come sorted by length, so
-    dealing them out like cards spreads long and short ones evenly."""
-    return list(range(rank, num_items, world_size))
+def deal_evenly(costs: Sequence[float], world_size: int) -> list[list[int]]:
+    """Item indices per rank, every rank getting at most ``ceil(len(costs) / world_size)`` of them
+    (the slots every rank runs; a rank with fewer pads), balanced by cost: the costliest item goes
+    to the least-loaded rank that has a slot left (ties: the lower rank). Each rank's items keep
+    their original order. Deterministic, so every rank computes the same deal."""
+    if world_size < 1:
+        raise ValueError(f"world size {world_size} < 1")
+    slots = -(-len(costs) // world_size)
+    load = [0.0] * world_size
+    shares: list[list[int]] = [[] for _ in range(world_size)]
+    for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        rank = min((r for r in range(world_size) if len(shares[r]) < slots), key=lambda r: (load[r], r))
+        shares[rank].append(i)
+        load[rank] += costs[i]
+    return [sorted(share) for share in shares]
 
 
 def gather_objects(obj: T) -> list[T]:
@@ -98,34 +121,90 @@ def sum_across(x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def all_reduce_grads(params: Iterable[torch.Tensor]) -> None:
-    """Sum every parameter's ``.grad`` over the ranks, in place. A rank whose share was empty (no
-    micro-batch, ``.grad`` None) contributes zeros, so it joins the collective instead of leaving the
-    others waiting; a parameter no rank produced a gradient for keeps ``.grad`` None, as it would in
-    one process (the optimizer skips it). One flat buffer: one collective per step."""
-    _, size = world()
-    params = [p for p in params if p.requires_grad]
-    if size == 1 or not params:
-        return
-    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-    # float32 throughout: parameters may mix dtypes (a bf16 policy, an fp32 value head)
-    has = torch.tensor([p.grad is not None for p in params], dtype=torch.float32, device=grads[0].device)
-    flat = torch.cat([g.reshape(-1).float() for g in grads] + [has])
-    torch.distributed.all_reduce(flat, op=torch.distributed.ReduceOp.SUM)
-    start = 0
-    for k, (p, g) in enumerate(zip(params, grads)):
-        n = g.numel()
-        got = bool(flat[flat.numel() - len(params) + k] > 0)
-        p.grad = flat[start : start + n].view_as(p).to(p.dtype, copy=True) if got else None
-        start += n
+def gradient_scale() -> float:
+    """The loss factor that turns the strategy's gradient mean over ranks into the sum over every
+    micro-batch, i.e. the one-process gradient (exact for a power-of-two world size)."""
+    return float(world()[1])
+
+
+def fsdp_modules(module: torch.nn.Module) -> list[Any]:
+    """The FSDP2-sharded submodules of ``module`` (``fully_shard``), outermost first."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return [m for m in module.modules() if isinstance(m, FSDPModule)]
 
 
 @contextmanager
-def without_reducer(model: Any) -> Iterator[None]:
-    """Backward passes that leave DDP's reducer out (``model`` is the strategy's wrapper, or anything
-    else, then nothing changes); gradients are then summed by :func:`all_reduce_grads`."""
-    with model.no_sync() if isinstance(model, torch.nn.parallel.DistributedDataParallel) else nullcontext():
+def gradient_sync(wrapper: Any, module: torch.nn.Module, enabled: bool) -> Iterator[None]:
+    """Backward passes that synchronise gradients across ranks only when ``enabled`` (the last
+    micro-batch of an optimizer step): DDP's ``no_sync`` on ``wrapper`` (the strategy's model) or
+    FSDP2's ``set_requires_gradient_sync`` on ``module``'s sharded parts; one process: nothing."""
+    if isinstance(wrapper, torch.nn.parallel.DistributedDataParallel):
+        if enabled:
+            yield
+        else:
+            with wrapper.no_sync():
+                yield
+        return
+    sharded = fsdp_modules(module)
+    for m in sharded:
+        m.set_requires_gradient_sync(enabled, recurse=False)
+    try:
         yield
+    finally:
+        for m in sharded:
+            m.set_requires_gradient_sync(True, recurse=False)
+
+
+@contextmanager
+def whole_weights(module: torch.nn.Module) -> Iterator[None]:
+    """FSDP2: every sharded part of ``module`` all-gathered once on entry and kept whole until the
+    exit (FSDP's forward hooks then find them gathered and skip their collectives), so ranks may run
+    different numbers of forwards in between (decoding); resharded on exit. Not sharded: nothing."""
+    sharded = fsdp_modules(module)
+    if not sharded:
+        yield
+        return
+    for m in sharded:
+        m.set_reshard_after_forward(False, recurse=False)
+        m.unshard()
+    try:
+        yield
+    finally:
+        for m in sharded:
+            m.reshard()
+            m.set_reshard_after_forward(True, recurse=False)
+
+
+def fsdp_param_dtype(choice: str, device: torch.device) -> torch.dtype | None:
+    """The dtype FSDP gathers weights in and computes with (``trainer.fsdp_param_dtype``): ``auto`` is
+    bf16 on a CUDA device that supports it and otherwise the weights' own (None), so a CPU run
+    computes exactly what one process computes."""
+    if choice == "auto":
+        bf16 = device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if bf16 else None
+    return {"bfloat16": torch.bfloat16, "float32": torch.float32, "none": None}[choice]
+
+
+def shard_for_fsdp(model: torch.nn.Module, extra: Sequence[torch.nn.Module], mesh: Any, param_dtype: torch.dtype | None) -> None:
+    """FSDP2 on ``model`` (a transformers model, LoRA-wrapped or not): each decoder layer (the classes
+    transformers itself never splits, ``_no_split_modules``) is one shard group, the rest of the model
+    another; each of ``extra`` (the value head) its own. ``param_dtype``: the dtype weights are
+    gathered and computed in (gradients are reduced in fp32); None keeps the weights' own."""
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mp = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32) if param_dtype is not None else MixedPrecisionPolicy()
+    names: set[str] = set()
+    for m in model.modules():
+        names.update(getattr(m, "_no_split_modules", None) or [])
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise ValueError(f"{type(model).__name__} names no decoder layer class (_no_split_modules); FSDP needs one shard group per layer")
+    for layer in layers:
+        fully_shard(layer, mesh=mesh, mp_policy=mp)
+    fully_shard(model, mesh=mesh, mp_policy=mp)
+    for m in extra:
+        fully_shard(m, mesh=mesh, mp_policy=mp)
 
 
 def _device() -> torch.device:

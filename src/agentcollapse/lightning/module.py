@@ -3,9 +3,11 @@ policy update.
 
 Manual optimisation: each ``training_step`` is one RL iteration. The math lives in
 ``agentcollapse.algorithms``; what watches and what chooses the trained groups are callbacks
-(``lightning.hooks``); this module only orchestrates them. On several ranks (``trainer=ddp``) the
-iteration computes what one process computes (``lightning.distributed``): a sharded rollout gathered
-into the global batch, hooks on that batch, and an update whose micro-batches are split across ranks.
+(``lightning.hooks``); this module only orchestrates them. On several ranks (``trainer=ddp`` or
+``trainer=fsdp``) the iteration computes what one process computes (``lightning.distributed``): a
+sharded rollout gathered into the global batch, hooks on that batch, and an update whose micro-batches
+are dealt evenly across ranks. Under FSDP everything but the update runs on weights gathered once for
+the phase (``distributed.whole_weights``).
 """
 
 from __future__ import annotations
@@ -56,6 +58,20 @@ class AgentRLModule(L.LightningModule):
         self.last_metrics: dict[str, float] = {}  # the latest iteration's metrics (progress lines read them)
 
     # -- Lightning plumbing -------------------------------------------------------------------
+    def configure_model(self) -> None:
+        """``trainer=fsdp`` (Lightning's ModelParallelStrategy): shard each decoder layer, the rest of
+        the model and the value head over the data-parallel ranks (FSDP2). Other strategies: nothing."""
+        mesh = getattr(self, "_device_mesh", None)
+        if mesh is None or distributed.fsdp_modules(self):
+            return
+        device = self.trainer.strategy.root_device
+        self.to(device)
+        if self.policy.fold_lora_for_decoding:
+            self.policy.decoding_model()  # the folded decoding copy is made from the whole weights, unsharded
+        param_dtype = distributed.fsdp_param_dtype(self.cfg.trainer.fsdp_param_dtype, device)
+        extra = [self.value_head] if self.value_head is not None else []
+        distributed.shard_for_fsdp(self.model, extra, mesh["data_parallel"], param_dtype)
+
     def configure_optimizers(self):
         params = [p for p in self.model.parameters() if p.requires_grad]
         groups = [{"params": params, "lr": self.cfg.algorithm.lr}]
@@ -65,8 +81,11 @@ class AgentRLModule(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Only trainable tensors: the frozen base is rebuilt from the cache, so checkpoints stay small.
-        trainable = {n for n, p in self.named_parameters() if p.requires_grad}
-        checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
+        # FSDP's sharded checkpoint keeps every tensor (each rank writes its shard): the strategy loads
+        # it into the whole model, which needs every key.
+        if not distributed.fsdp_modules(self):
+            trainable = {n for n, p in self.named_parameters() if p.requires_grad}
+            checkpoint["state_dict"] = {k: v for k, v in checkpoint["state_dict"].items() if k in trainable}
         checkpoint["agentcollapse"] = {
             "iteration": self.iteration,
             "nonfinite_steps": self.nonfinite_steps,
@@ -82,6 +101,8 @@ class AgentRLModule(L.LightningModule):
         self.nonfinite_steps = int(state["nonfinite_steps"])
         self.nonfinite_total = int(state["nonfinite_total"])
         seeds.restore_rng_state(state["rng"])
+        if "state_dict" not in checkpoint:  # a sharded checkpoint: the strategy has loaded the weights
+            return
         # Frozen weights are not in the checkpoint; fill them from the live model so strict loading passes.
         own = self.state_dict()
         checkpoint["state_dict"] = {**own, **checkpoint["state_dict"]}
@@ -179,33 +200,34 @@ class AgentRLModule(L.LightningModule):
             self.trainer.should_stop = True
             return
         step = self.iteration + 1
-        if step == 1 and self.cfg.trainer.val_every > 0:
-            self.log_metrics(0, self.evaluate_warm_start())  # the warm-start policy, before any update
         started = time.perf_counter()
         metrics: dict[str, float] = {}
-        rollout, perf = self.collect(self.iteration)
-        metrics.update(perf)
-        metrics["perf/peak_rss_after_rollout_mib"] = peak_rss_mib()
-        metrics.update(rollout_metrics(rollout))  # of the first rollout: an unselected sample of the policy
-        if self.algo.dynamic_sampling:
-            rollout, sampled = self.dynamic_sample(rollout)
-            metrics.update(sampled)
-        selection, hook_metrics = self.run_hooks(rollout, step)
+        with distributed.whole_weights(self):  # FSDP: decoding runs on weights gathered once
+            if step == 1 and self.cfg.trainer.val_every > 0:
+                self.log_metrics(0, self.evaluate_warm_start())  # the warm-start policy, before any update
+                started = time.perf_counter()
+            rollout, perf = self.collect(self.iteration)
+            metrics.update(perf)
+            metrics.update(self.peak_memory("rollout"))
+            metrics.update(rollout_metrics(rollout))  # of the first rollout: an unselected sample of the policy
+            if self.algo.dynamic_sampling:
+                rollout, sampled = self.dynamic_sample(rollout)
+                metrics.update(sampled)
+            selection, hook_metrics = self.run_hooks(rollout, step)
         # Every rank ran the hooks on the same batch; rank 0's choice is taken so that a last-bit
         # difference in a score (GPU kernels) cannot make ranks train different groups.
         selection = distributed.broadcast_object(selection)
         metrics.update(hook_metrics)
-        metrics["perf/peak_rss_after_hooks_mib"] = peak_rss_mib()
+        metrics.update(self.peak_memory("hooks"))
         metrics["rollout/empty_after_filter"] = float(selection.is_empty)
         if not selection.is_empty:
             metrics.update(self.update(rollout, selection))
-            metrics["perf/peak_rss_after_update_mib"] = peak_rss_mib()
+            metrics.update(self.peak_memory("update"))
         metrics["perf/step_time_s"] = time.perf_counter() - started
-        if self.device.type == "cuda":  # what `make gpu-check` reports per phase; this rank's peak
-            metrics["perf/gpu_peak_memory_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
         self.iteration = step
         if self.cfg.trainer.val_every > 0 and (step % self.cfg.trainer.val_every == 0 or step == self.cfg.trainer.max_steps):
-            metrics.update(self.evaluate())
+            with distributed.whole_weights(self):
+                metrics.update(self.evaluate())
         self.log_metrics(step, metrics)
         self.last_metrics = metrics
         self.log("success", metrics["rollout/success_rate"], prog_bar=True, logger=False)
@@ -217,6 +239,14 @@ class AgentRLModule(L.LightningModule):
             votes = distributed.gather_objects((bool(self.trainer.should_stop), self.stop_reason))
             self.trainer.should_stop = any(stop for stop, _ in votes)
             self.stop_reason = next((reason for _, reason in votes if reason), "")
+
+    def peak_memory(self, phase: str) -> dict[str, float]:
+        """This process's peak memory so far, read after ``phase``: resident (MiB) and on a GPU allocated
+        (GiB, what `make gpu-check` reports per phase)."""
+        out = {f"perf/peak_rss_after_{phase}_mib": peak_rss_mib()}
+        if self.device.type == "cuda":
+            out[f"perf/gpu_peak_memory_after_{phase}_gib"] = torch.cuda.max_memory_allocated(self.device) / 2**30
+        return out
 
     def request_stop(self, reason: str) -> None:
         self.stop_reason = reason

@@ -8,8 +8,10 @@
 5. :func:`summarise`: the iteration's ``actor/*``, ``critic/*`` and ``perf/*`` metrics.
 
 The math is in ``agentcollapse.algorithms``; these functions run it on the module's model. On several
-ranks every rank holds the whole kept batch and runs its share of the micro-batches; gradients are
-summed across ranks once per step (``lightning.distributed``).
+ranks every rank holds the whole kept batch; each optimizer step's micro-batches are those of one
+process, dealt so that every rank runs the same number (a rank short of work runs a zero-weight
+padding micro-batch), and the strategy (DDP, FSDP) synchronises gradients at each step's last
+backward (``lightning.distributed``).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class MicroBatch:
     old_values: torch.Tensor | None = None  # PPO: the critic's values before the update
     advantages: torch.Tensor | None = None  # [rows, positions], zero off the response tokens
     value_targets: torch.Tensor | None = None  # PPO: GAE returns
+    padding: bool = False  # a zero-weight stand-in that keeps this rank in step with the others
 
 
 @dataclass(frozen=True)
@@ -113,15 +116,21 @@ def plan_update(module: LightningModule, rollout: RolloutBatch, selection: Selec
         keep = [i for i, t in enumerate(seqs.traj_index) if flat[t]]
         seqs = Sequences(*[[getattr(seqs, f)[i] for i in keep] for f in ("input_ids", "loss_mask", "traj_index", "is_last")])
     steps = mini_batches(seqs, cfg.mini_batch_size)
-    # This rank's share of the micro-batches (all of them with one process): the gradient summed
-    # over ranks is the one process's sum over every micro-batch.
+    # One process's micro-batches, dealt to the ranks by padded size so that each runs the same
+    # number per step (a padding micro-batch where a rank has fewer): the gradient summed over
+    # ranks is the one process's sum over every micro-batch.
     rank, size = distributed.world()
     micro: list[MicroBatch] = []
     offset = 0
     for step, members in enumerate(steps):
         every = micro_batches(seqs, cfg.micro_batch_size, members)
-        for k in distributed.rank_share(len(every), rank, size):
+        costs = [len(idx) * max(len(seqs.input_ids[i]) for i in idx) for idx in every]
+        shares = distributed.deal_evenly(costs, size)
+        for k in shares[rank]:
             micro.append(MicroBatch(every[k], collate(seqs, every[k], module.pad_id, module.device), step, offset + k))
+        for _ in range(max(map(len, shares)) - len(shares[rank])):
+            shortest = [every[0][0]]  # micro_batches sorts by length: the cheapest forward there is
+            micro.append(MicroBatch(shortest, collate(seqs, shortest, module.pad_id, module.device), step, -1, padding=True))
         offset += len(every)
     # Each micro-batch's loss weight within its step; a step of fewer trajectories than
     # mini_batch_size counts for its share of one, as verl's gradient accumulation does.
@@ -153,15 +162,20 @@ def assign_advantages(module: LightningModule, plan: UpdatePlan) -> None:
     """Group-relative advantages per trajectory, credited to every response token; or GAE (PPO),
     whitened over every rank's tokens."""
     algo, seqs = module.algo, plan.seqs
+    real = [mb for mb in plan.micro if not mb.padding]
+    for mb in plan.micro:
+        if mb.padding:  # weight 0 makes its loss 0 whatever this is; zeros keep it out of the whitening
+            mb.advantages = torch.zeros_like(mb.tensors["response_mask"])
+            mb.value_targets = mb.old_values.detach() if mb.old_values is not None else None
     if not algo.use_critic:
         traj_adv = compute_group_advantages(algo.advantage, plan.returns).reshape(-1)
-        for mb in plan.micro:
+        for mb in real:
             per_seq = traj_adv[[seqs.traj_index[i] for i in mb.members]]
             mb.advantages = per_seq[:, None] * mb.tensors["response_mask"]
         return
     flat_returns = plan.returns.reshape(-1)
     raw = []
-    for mb in plan.micro:
+    for mb in real:
         mask = mb.tensors["response_mask"]
         rewards = torch.zeros_like(mask)
         for row, i in enumerate(mb.members):
@@ -170,8 +184,8 @@ def assign_advantages(module: LightningModule, plan: UpdatePlan) -> None:
         adv, mb.value_targets = gae_advantages(rewards, mb.old_values, mask, algo.gamma, algo.lam)
         raw.append(adv)
     reduce = None if distributed.world()[1] == 1 else (lambda t: distributed.sum_across(t.to(module.device)))
-    whitened = whiten_across(raw, [mb.tensors["response_mask"] for mb in plan.micro], reduce=reduce)
-    for mb, adv in zip(plan.micro, whitened):
+    whitened = whiten_across(raw, [mb.tensors["response_mask"] for mb in real], reduce=reduce)
+    for mb, adv in zip(real, whitened):
         mb.advantages = adv
 
 
@@ -184,20 +198,26 @@ def optimise(module: LightningModule, plan: UpdatePlan, loss_scale: float) -> tu
     grad_norms: list[float] = []
     opt = module.optimizers()
     params = [p for g in opt.param_groups for p in g["params"]]
+    wrapper = module.trainer.strategy.model  # DDP's wrapper, or the module itself (FSDP, one process)
+    scale = loss_scale * distributed.gradient_scale()
     for epoch in range(cfg.algorithm.ppo_epochs):
         for step, weight in enumerate(plan.weights):
             opt.zero_grad(set_to_none=True)
             nonfinite = False
-            # Lightning's DDP reducer would all-reduce at every backward and wait for ranks that run
-            # fewer micro-batches (or none): gradients are summed once below instead.
-            with distributed.without_reducer(module.trainer.strategy.model):
-                for mb in (m for m in plan.micro if m.step == step):
+            mine = [m for m in plan.micro if m.step == step]
+            for k, mb in enumerate(mine):
+                # every rank runs len(mine) backwards: the strategy syncs gradients at the last one
+                with distributed.gradient_sync(wrapper, module, enabled=k == len(mine) - 1):
                     key = (epoch, mb.order)
+                    record = not (mb.padding or nonfinite)
                     mask = mb.tensors["response_mask"]
                     logits, logp, values = module.forward_sequences(mb.tensors, with_values=algo.use_critic)
                     old = logp.detach() if mb.old_logp is None else mb.old_logp
-                    w = weight.share * micro_batch_weight(
-                        algo.loss_agg_mode, float(mask.sum()), weight.tokens, len(mb.members), weight.sequences
+                    w = (
+                        0.0
+                        if mb.padding
+                        else weight.share
+                        * micro_batch_weight(algo.loss_agg_mode, float(mask.sum()), weight.tokens, len(mb.members), weight.sequences)
                     )
                     terms = rl_objective(
                         algo,
@@ -213,25 +233,25 @@ def optimise(module: LightningModule, plan: UpdatePlan, loss_scale: float) -> tu
                         value_targets=mb.value_targets if values is not None else None,
                         old_values=mb.old_values if values is not None else None,
                     )
-                    if terms.kl is not None:
+                    if record and terms.kl is not None:
                         stats["kl"].append((*key, float(terms.kl)))
-                    if terms.value_loss is not None:
+                    if record and terms.value_loss is not None:
                         stats["value_loss"].append((*key, float(terms.value_loss)))
-                    loss = terms.total * loss_scale
-                    if not torch.isfinite(loss):
-                        nonfinite = True
-                        break
+                    loss = terms.total * scale
+                    # A NaN/inf loss skips the step, after the backwards every rank must still join.
+                    nonfinite = nonfinite or not bool(torch.isfinite(loss))
                     module.manual_backward(loss)
-                    stats["pg_loss"].append((*key, float(terms.policy.loss.detach())))
-                    stats["entropy"].append((*key, float(terms.entropy)))
-                    stats["clipfrac"].append((*key, float(terms.policy.clipfrac)))
-                    stats["lower_clipfrac"].append((*key, float(terms.policy.lower_clipfrac)))
-                    stats["approx_kl"].append((*key, float(terms.policy.approx_kl)))
+                    if record and not nonfinite:
+                        stats["pg_loss"].append((*key, float(terms.policy.loss.detach())))
+                        stats["entropy"].append((*key, float(terms.entropy)))
+                        stats["clipfrac"].append((*key, float(terms.policy.clipfrac)))
+                        stats["lower_clipfrac"].append((*key, float(terms.policy.lower_clipfrac)))
+                        stats["approx_kl"].append((*key, float(terms.policy.approx_kl)))
             if distributed.any_rank(nonfinite):
                 opt.zero_grad(set_to_none=True)
                 return stats, grad_norms, True
-            distributed.all_reduce_grads(params)
             grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.algorithm.max_grad_norm)
+            grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP: a DTensor
             if not torch.isfinite(grad_norm):
                 opt.zero_grad(set_to_none=True)
                 return stats, grad_norms, True
@@ -255,5 +275,5 @@ def summarise(
     out["actor/loss_scale"] = float(loss_scale)
     out["actor/num_sequences"] = float(len(plan.seqs.input_ids))
     out["actor/optimizer_steps"] = float(len(grad_norms))
-    out["perf/update_tokens"] = float(sum(mb.tensors["input_ids"].numel() for mb in plan.micro))
+    out["perf/update_tokens"] = float(sum(mb.tensors["input_ids"].numel() for mb in plan.micro if not mb.padding))
     return out

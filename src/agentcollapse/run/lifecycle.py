@@ -60,7 +60,15 @@ def preflight(cfg: RunConfig, claim_run_dir: bool = True) -> tuple[Path, Path | 
         check_causal_lm_dir(cfg.model.path, cfg.model.hub_id)
     elif cfg.model.name != "hf":
         check_writable_dir(Path(cfg.cache_dir).expanduser(), "cache directory", "set cache_dir=<a writable dir> or AGENTCOLLAPSE_CACHE")
-    return prepare_run_dir(cfg.run_dir, cfg.resume) if claim_run_dir else None
+    if not claim_run_dir:
+        return None
+    run_dir, ckpt = prepare_run_dir(cfg.run_dir, cfg.resume)
+    if ckpt is not None and ckpt.is_dir() and cfg.trainer.strategy != "fsdp":
+        raise UserError(
+            f"{ckpt} is a sharded checkpoint (written by trainer=fsdp): resume with trainer=fsdp, or make it one file "
+            f"first with `agentcollapse export-checkpoint {run_dir}`"
+        )
+    return run_dir, ckpt
 
 
 def train(cfg_in: DictConfig | RunConfig) -> dict[str, Any]:

@@ -82,7 +82,8 @@ def build_trainer(cfg: RunConfig, recorder: RunRecorder, run_dir: Path):
     trainer = L.Trainer(
         accelerator=cfg.trainer.accelerator,
         devices=cfg.trainer.devices,
-        strategy=cfg.trainer.strategy,
+        num_nodes=cfg.trainer.num_nodes,
+        strategy=_strategy(cfg),
         logger=loggers or False,
         callbacks=callbacks,
         enable_progress_bar=live,
@@ -90,6 +91,17 @@ def build_trainer(cfg: RunConfig, recorder: RunRecorder, run_dir: Path):
         **quiet_trainer_kwargs(),
     )
     return module, trainer
+
+
+def _strategy(cfg: RunConfig) -> Any:
+    """Lightning's strategy for ``trainer.strategy``: ``fsdp`` is FSDP2 through ModelParallelStrategy,
+    every rank a data-parallel shard (the module's ``configure_model`` shards it); sharded checkpoints."""
+    if cfg.trainer.strategy != "fsdp":
+        return cfg.trainer.strategy
+    from lightning.pytorch.strategies import ModelParallelStrategy
+
+    ranks = cfg.trainer.devices * cfg.trainer.num_nodes
+    return ModelParallelStrategy(data_parallel_size=ranks, tensor_parallel_size=1, save_distributed_checkpoint=True)
 
 
 def attach_to_trainer(module: Any, callbacks: tuple = (), steps: int = 0) -> Any:

@@ -32,13 +32,13 @@ def _say(line: str) -> None:
 
 
 def check_single_process(strategy: Any, devices: Any, where: str = "") -> None:
-    """A sweep launches its trials as one process each: a DDP trial would start ranks that each run the
-    whole sweep. Refuse it before anything runs."""
-    if str(strategy).startswith("ddp") or (isinstance(devices, int) and devices > 1):
+    """A sweep launches its trials as one process each: a DDP or FSDP trial would start ranks that each
+    run the whole sweep. Refuse it before anything runs."""
+    if str(strategy).startswith(("ddp", "fsdp")) or (isinstance(devices, int) and devices > 1):
         raise UserError(
-            f"a multirun sweep cannot train with trainer.strategy={strategy} trainer.devices={devices}{where}: every DDP rank "
-            "would run the whole sweep. Sweep with trainer.devices=1 (the default trainer), or run each DDP job as its own "
-            "`agentcollapse train trainer=ddp ...`"
+            f"a multirun sweep cannot train with trainer.strategy={strategy} trainer.devices={devices}{where}: every rank "
+            "would run the whole sweep. Sweep with trainer.devices=1 (the default trainer), or run each multi-process job "
+            "as its own `agentcollapse train trainer=ddp ...` (or trainer=fsdp)"
         )
 
 
@@ -52,7 +52,7 @@ def _refuse_ddp(hydra_context: Any, config: Any, space: SearchSpace) -> None:
         try:
             cfg = loader.load_sweep_config(config, overrides)
         except Exception as exc:  # composition errors surface, one line, when the trial runs
-            if "ddp" in " ".join(overrides):
+            if "ddp" in " ".join(overrides) or "fsdp" in " ".join(overrides):
                 raise UserError(f"cannot compose the sweep's trial config: {' '.join(str(exc).split())[:300]}") from None
             continue
         check_single_process(
