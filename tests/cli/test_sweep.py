@@ -1,5 +1,5 @@
 """The main job end to end: `agentcollapse train -m` with our Optuna sweeper (study.db, trials.csv, a
-crashed trial recorded, resume), real wandb in offline mode; and multirun + DDP refused up front."""
+crashed trial recorded, resume), real wandb in offline mode; and multirun + DDP/FSDP refused up front."""
 
 import csv
 import json
@@ -82,14 +82,23 @@ def test_sweep_records_every_trial_a_crash_included_and_resumes(cache_dir, tmp_p
     assert len(trials(sweep_dir)) == 3
 
 
-def test_multirun_with_ddp_is_refused_before_anything_runs(tmp_path):
-    for override in ("trainer=ddp", "trainer.strategy=ddp", "trainer.devices=2"):  # the last: the sweeper composes and refuses
-        proc = subprocess.run(
-            sweep_cmd(tmp_path / "s", tmp_path / "c", override), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120
-        )
-        assert proc.returncode == 2, proc.stderr[-2000:]
-        assert "every DDP rank would run the whole sweep" in proc.stderr and "Traceback" not in proc.stderr
+def test_multirun_with_ddp_or_fsdp_is_refused_before_anything_runs(tmp_path, capsys):
+    from agentcollapse.cli.main import main
+
+    # on the command line: refused before Hydra starts (in this process; a subprocess costs ~12 s of imports)
+    for override in ("trainer=ddp", "trainer.strategy=fsdp"):
+        with pytest.raises(SystemExit) as exit_:
+            main(sweep_cmd(tmp_path / "s", tmp_path / "c", override)[3:])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and "every rank would run the whole sweep" in err and "Traceback" not in err, err
         assert not (tmp_path / "s").exists()
+    # only in the composed trial config: the sweeper refuses it, through the real process
+    proc = subprocess.run(
+        sweep_cmd(tmp_path / "s", tmp_path / "c", "trainer.devices=2"), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "every rank would run the whole sweep" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "s").exists()
 
 
 def test_a_storage_password_on_the_command_line_is_refused_before_anything_is_written(tmp_path):
