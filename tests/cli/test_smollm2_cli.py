@@ -1,15 +1,18 @@
 """A real pretrained model through the CLI as a user runs it: `agentcollapse train model=smollm2-135m`,
-warm-started (a short one here), diagnostics every step and a filter on, then an exact resume."""
+warm-started (a short one here), diagnostics every step and a filter on, interrupted and resumed.
+
+That the resumed run equals an uninterrupted one is tested on the tiny policy (tests/cli/test_train_cli.py)
+and under FSDP (tests/cli/test_distributed_cli.py): the checkpoint code is the same for every model, and an
+uninterrupted SmolLM2 reference beside it doubled this test's ~100 s."""
 
 from __future__ import annotations
 
 import signal
-import subprocess
 
 import pandas as pd
 import pytest
 
-from tests.cli.test_train_cli import RUN_OVERRIDES, cli_env, metrics, run, start_and_wait, summary, train_cmd
+from tests.cli.test_train_cli import metrics, run, start_and_wait, summary
 
 # starts processes of its own on both cores: make test runs it after the 2-worker pass, alone
 pytestmark = [pytest.mark.alone, pytest.mark.xdist_group("processes")]
@@ -33,38 +36,25 @@ SMOLLM2_OVERRIDES = [
 
 
 @pytest.mark.slow
-def test_smollm2_trains_two_iterations_and_resumes_exactly(tmp_path, cache_dir):
-    from agentcollapse.config.compose import compose
-    from agentcollapse.models.policy import resolve_model_dir
-
-    # Build the warm start once here: the two runs below start together (one thread each on the two
-    # cores) and would otherwise both build it.
-    cfg = compose([*RUN_OVERRIDES, *SMOLLM2_OVERRIDES, f"cache_dir={cache_dir}"])
-    resolve_model_dir(cfg.model, cfg.env, cfg.cache_dir)
-    whole, split = tmp_path / "whole" / "run", tmp_path / "split" / "run"
-    whole.parent.mkdir()
+def test_smollm2_trains_two_iterations_and_resumes(tmp_path, cache_dir):
+    split = tmp_path / "split" / "run"
     split.parent.mkdir()
-    with (whole.parent / "output.txt").open("w") as out:  # a file: a pipe nobody reads could fill up and stall it
-        uninterrupted = subprocess.Popen(
-            train_cmd(whole, cache_dir, *SMOLLM2_OVERRIDES, "trainer.max_steps=2"), cwd=whole.parent, env=cli_env(), stdout=out, stderr=out
-        )
-    # the other run is interrupted during iteration 2 (SIGTERM after iteration 1's checkpoint), then resumed
-    proc = start_and_wait(split, cache_dir, 1, *SMOLLM2_OVERRIDES, "trainer.max_steps=2")
+    # interrupted during iteration 2 (SIGTERM after iteration 1's checkpoint), then resumed
+    proc = start_and_wait(split, cache_dir, 1, *SMOLLM2_OVERRIDES, "trainer.max_steps=2", "trainer.num_threads=2", timeout=600)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=120)
     assert summary(split)["status"] == "interrupted", summary(split)
-    uninterrupted.wait(timeout=600)
-    assert uninterrupted.returncode == 0, (whole.parent / "output.txt").read_text()[-3000:]
-    s = summary(whole)
-    assert s["status"] == "finished" and s["iteration"] == 2, s
-    reference = metrics(whole)
-    assert reference["step"].tolist() == [1, 2]
-    # one training sequence per kept trajectory: contexts keep the sampled tokens (no re-tokenising)
-    assert (reference["actor/num_sequences"] == reference["filter/kept_count"] * 2).all()
-    assert (reference["actor/optimizer_steps"] == 1).all()
-    for key in ("collapse/valid_thinking_rate", "rollout/format_valid_rate", "rollout/zero_variance_group_frac"):
-        assert key in reference.columns, key
+    first = metrics(split)
+    assert first["step"].tolist() == [1]
 
-    run(split, cache_dir, *SMOLLM2_OVERRIDES, "trainer.max_steps=2", "resume=true")
-    assert summary(split)["status"] == "finished"
-    pd.testing.assert_frame_equal(metrics(split), reference, check_exact=True)
+    run(split, cache_dir, *SMOLLM2_OVERRIDES, "trainer.max_steps=2", "trainer.num_threads=2", "resume=true", timeout=600)
+    s = summary(split)
+    assert s["status"] == "finished" and s["iteration"] == 2, s
+    df = metrics(split)
+    assert df["step"].tolist() == [1, 2]
+    pd.testing.assert_frame_equal(df.iloc[:1], first, check_exact=True)  # the record up to the checkpoint is kept as it was
+    # one training sequence per kept trajectory: contexts keep the sampled tokens (no re-tokenising)
+    assert (df["actor/num_sequences"] == df["filter/kept_count"] * 2).all()
+    assert (df["actor/optimizer_steps"] == 1).all()
+    for key in ("collapse/valid_thinking_rate", "rollout/format_valid_rate", "rollout/zero_variance_group_frac"):
+        assert key in df.columns and df[key].notna().all(), key
