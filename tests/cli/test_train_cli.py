@@ -131,7 +131,7 @@ def test_a_shared_step0_evaluation_is_read_back_and_changes_nothing_after_it(tmp
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, cache_dir, reference):
+def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, cache_dir, reference, capsys):
     run_dir = tmp_path / "run"
     proc = start_and_wait(run_dir, cache_dir, min_steps=2)
     proc.send_signal(signal.SIGKILL)
@@ -141,9 +141,13 @@ def test_sigkill_then_resume_matches_an_uninterrupted_run(tmp_path, cache_dir, r
     pd.testing.assert_frame_equal(before, reference.iloc[: len(before)], check_exact=True)
     assert summary(run_dir)["status"] == "running"  # SIGKILL cannot be caught; resume still works
 
-    # The same config without resume=true must not touch the killed run.
-    refused = subprocess.run(train_cmd(run_dir, cache_dir), cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=120)
-    assert refused.returncode == 2 and "already holds a run" in refused.stderr
+    # The same config without resume=true must not touch the killed run (the entry point in this process:
+    # it stops before any run starts).
+    from agentcollapse.cli.main import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(train_cmd(run_dir, cache_dir)[len(agentcollapse()) :])
+    assert refused.value.code == 2 and "already holds a run" in capsys.readouterr().err
 
     run(run_dir, cache_dir, "resume=true")
     s = summary(run_dir)
