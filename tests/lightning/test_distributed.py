@@ -72,31 +72,40 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, world_size: int, port: int, results) -> None:
+def _in_process_group(rank: int, world_size: int, port: int, body, results) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
-        out = {"world": distributed.world()}
-        out["gathered"] = distributed.gather_objects(("rank", rank))
-        out["broadcast"] = distributed.broadcast_object({"from": rank})
-        out["any"] = (distributed.any_rank(rank == 1), distributed.any_rank(False))
-        # PPO's whitening over both ranks' micro-batches equals one process's over all of them.
-        values = [torch.tensor([[1.0, 2.0, 5.0]]), torch.tensor([[0.5, 7.0]])] if rank == 0 else []
-        masks = [torch.tensor([[1.0, 1.0, 0.0]]), torch.tensor([[1.0, 1.0]])] if rank == 0 else []
-        if rank == 1:
-            values, masks = [torch.tensor([[3.0, -1.0]])], [torch.tensor([[1.0, 1.0]])]
-        out["whitened"] = [v.tolist() for v in whiten_across(values, masks, reduce=distributed.sum_across)]
-        results[rank] = out
+        results[rank] = body(rank, world_size)
     finally:
         torch.distributed.destroy_process_group()
 
 
-def test_collectives_on_two_gloo_processes():
+def on_two_gloo_processes(body) -> list:
+    """``body(rank, world_size)`` on 2 forked processes of one gloo group; what each returned, by rank.
+    Fork: the children inherit the imports (spawn re-imports torch, ~20 s on a busy 2-core machine)."""
     results = mp.Manager().dict()
-    # fork: the children inherit the imports (spawn re-imports torch, ~20 s on a busy 2-core machine)
-    mp.start_processes(_worker, args=(2, _free_port(), results), nprocs=2, join=True, start_method="fork")
-    r0, r1 = results[0], results[1]
+    mp.start_processes(_in_process_group, args=(2, _free_port(), body, results), nprocs=2, join=True, start_method="fork")
+    return [results[0], results[1]]
+
+
+def _collectives(rank: int, world_size: int) -> dict:
+    out = {"world": distributed.world()}
+    out["gathered"] = distributed.gather_objects(("rank", rank))
+    out["broadcast"] = distributed.broadcast_object({"from": rank})
+    out["any"] = (distributed.any_rank(rank == 1), distributed.any_rank(False))
+    # PPO's whitening over both ranks' micro-batches equals one process's over all of them.
+    values = [torch.tensor([[1.0, 2.0, 5.0]]), torch.tensor([[0.5, 7.0]])] if rank == 0 else []
+    masks = [torch.tensor([[1.0, 1.0, 0.0]]), torch.tensor([[1.0, 1.0]])] if rank == 0 else []
+    if rank == 1:
+        values, masks = [torch.tensor([[3.0, -1.0]])], [torch.tensor([[1.0, 1.0]])]
+    out["whitened"] = [v.tolist() for v in whiten_across(values, masks, reduce=distributed.sum_across)]
+    return out
+
+
+def test_collectives_on_two_gloo_processes():
+    r0, r1 = on_two_gloo_processes(_collectives)
     assert r0["world"] == (0, 2) and r1["world"] == (1, 2)
     for r in (r0, r1):
         assert r["gathered"] == [("rank", 0), ("rank", 1)]
@@ -144,36 +153,29 @@ def _train_step(model, wrapper, rank: int, world_size: int) -> None:
             (_loss(wrapper, ids) * weight * distributed.gradient_scale()).backward()
 
 
-def _strategy_worker(rank: int, world_size: int, port: int, results) -> None:
+def _strategies(rank: int, world_size: int) -> dict:
     from torch.distributed.device_mesh import init_device_mesh
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    torch.distributed.init_process_group("gloo", rank=rank, world_size=world_size)
-    try:
-        out = {}
-        ddp_model = _tiny_llama()
-        ddp = torch.nn.parallel.DistributedDataParallel(ddp_model)
-        _train_step(ddp_model, ddp, rank, world_size)
-        out["ddp"] = {n: p.grad.clone() for n, p in ddp_model.named_parameters()}
-        fsdp = _tiny_llama()
-        distributed.shard_for_fsdp(fsdp, [], init_device_mesh("cpu", (world_size,)), None)
-        assert len(distributed.fsdp_modules(fsdp)) == 3  # two decoder layers and the root
-        _train_step(fsdp, fsdp, rank, world_size)
-        out["fsdp"] = {n: p.grad.full_tensor() for n, p in fsdp.named_parameters()}
-        # Decoding on gathered weights: rank 1 runs three forwards, rank 0 one; no collective waits.
-        with torch.no_grad(), distributed.whole_weights(fsdp):
-            logits = [fsdp(input_ids=_micro_batches()[0]).logits for _ in range(1 + 2 * rank)]
-        out["decoded"] = logits[-1]
-        out["resharded"] = all(type(p).__name__ == "DTensor" for p in fsdp.parameters())
-        results[rank] = out
-    finally:
-        torch.distributed.destroy_process_group()
+    out = {}
+    ddp_model = _tiny_llama()
+    ddp = torch.nn.parallel.DistributedDataParallel(ddp_model)
+    _train_step(ddp_model, ddp, rank, world_size)
+    out["ddp"] = {n: p.grad.clone() for n, p in ddp_model.named_parameters()}
+    fsdp = _tiny_llama()
+    distributed.shard_for_fsdp(fsdp, [], init_device_mesh("cpu", (world_size,)), None)
+    assert len(distributed.fsdp_modules(fsdp)) == 3  # two decoder layers and the root
+    _train_step(fsdp, fsdp, rank, world_size)
+    out["fsdp"] = {n: p.grad.full_tensor() for n, p in fsdp.named_parameters()}
+    # Decoding on gathered weights: rank 1 runs three forwards, rank 0 one; no collective waits.
+    with torch.no_grad(), distributed.whole_weights(fsdp):
+        logits = [fsdp(input_ids=_micro_batches()[0]).logits for _ in range(1 + 2 * rank)]
+    out["decoded"] = logits[-1]
+    out["resharded"] = all(type(p).__name__ == "DTensor" for p in fsdp.parameters())
+    return out
 
 
 def test_ddp_and_fsdp2_sync_to_the_one_process_gradient_on_two_gloo_processes():
-    results = mp.Manager().dict()
-    mp.start_processes(_strategy_worker, args=(2, _free_port(), results), nprocs=2, join=True, start_method="fork")
+    results = on_two_gloo_processes(_strategies)
     model = _tiny_llama()
     for ids in _micro_batches():  # one process: every micro-batch, gradients summed
         _loss(model, ids).backward()
