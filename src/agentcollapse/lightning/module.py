@@ -61,7 +61,7 @@ class AgentRLModule(L.LightningModule):
     def configure_model(self) -> None:
         """``trainer=fsdp`` (Lightning's ModelParallelStrategy): shard each decoder layer, the rest of
         the model and the value head over the data-parallel ranks (FSDP2). Other strategies: nothing."""
-        mesh = getattr(self, "_device_mesh", None)
+        mesh = self.device_mesh  # set by ModelParallelStrategy only
         if mesh is None or distributed.fsdp_modules(self):
             return
         device = self.trainer.strategy.root_device

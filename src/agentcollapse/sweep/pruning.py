@@ -20,16 +20,16 @@ another process (``hydra/launcher=submitit_local``) prunes as the sweeper would.
 from __future__ import annotations
 
 import math
+from functools import cache
 from typing import Any
 
-import lightning as L
 from agentcollapse.config import RunConfig
 from agentcollapse.diagnostics.early_warning import CollapseRule
 from agentcollapse.errors import UserError
 from agentcollapse.sweep.optuna_bridge import attach_trial, quiet_optuna
 from agentcollapse.sweep.storage import open_storage
 
-__all__ = ["KEYS", "PRUNERS", "CollapseAwarePruner", "TrialReporter", "build_pruner", "collapse_rule"]
+__all__ = ["KEYS", "PRUNERS", "CollapseAwarePruner", "build_pruner", "collapse_rule"]  # and TrialReporter (__getattr__)
 
 PRUNERS = ("none", "median", "collapse")
 COLLAPSE_HISTORY = "collapse_history"
@@ -86,63 +86,78 @@ class CollapseAwarePruner(_import_optuna_base()):  # type: ignore[misc]
         return bool(self.wrapped.prune(study, trial)) if self.wrapped is not None else False
 
 
-class TrialReporter(L.Callback):
-    """Inside a sweep trial: report to the study after each iteration and stop when pruned."""
+def __getattr__(name: str) -> Any:
+    # TrialReporter is built on first use: Lightning (~12 s of imports on a busy 2-core machine) is then
+    # loaded only by the trials, never by the sweep's own process or its storage workers.
+    if name == "TrialReporter":
+        return _trial_reporter_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-    def __init__(self, storage: str, study_name: str, trial_number: int) -> None:
-        self.storage_url = storage
-        self.study_name = study_name
-        self.trial_number = trial_number
-        self.trial: Any = None
-        self.spec: dict[str, Any] = {}
-        self.report_metric = ""
-        self.history: list[list[float]] = []
 
-    @classmethod
-    def from_run_config(cls, cfg: RunConfig) -> TrialReporter:
-        if cfg.sweep.trial < 0 or not cfg.sweep.storage:
-            raise UserError(
-                "callbacks.sweep_trial reports to a sweep's study: it needs sweep.storage and sweep.trial (the sweeper sets them)"
-            )
-        return cls(cfg.sweep.storage, cfg.sweep.study_name, cfg.sweep.trial)
+@cache
+def _trial_reporter_class() -> type:
+    import lightning as L
 
-    def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
-        import optuna
+    class TrialReporter(L.Callback):
+        """Inside a sweep trial: report to the study after each iteration and stop when pruned."""
 
-        if not trainer.is_global_zero:
-            return
-        quiet_optuna()
-        storage = open_storage(self.storage_url)  # sweep.storage has no password: the environment gives it back
-        probe = optuna.load_study(study_name=self.study_name, storage=storage)
-        self.spec = dict(probe.user_attrs.get("pruner", {"name": "none"}))
-        settings = probe.user_attrs.get("settings", {})
-        self.report_metric = str(self.spec.get("report_metric") or settings.get("objective", "val/success_rate"))
-        direction = settings.get("direction", "maximize")
-        study = optuna.load_study(study_name=self.study_name, storage=storage, pruner=build_pruner(self.spec, direction))
-        self.trial = attach_trial(study, self.trial_number)
+        def __init__(self, storage: str, study_name: str, trial_number: int) -> None:
+            self.storage_url = storage
+            self.study_name = study_name
+            self.trial_number = trial_number
+            self.trial: Any = None
+            self.spec: dict[str, Any] = {}
+            self.report_metric = ""
+            self.history: list[list[float]] = []
 
-    def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self.trial is None or self.spec.get("name", "none") == "none":
-            return
-        step = int(pl_module.iteration)
-        metrics = pl_module.last_metrics
-        value = metrics.get(self.report_metric)
-        if value is not None and math.isfinite(float(value)):
-            self.trial.report(float(value), step)
-        if self.spec.get("name") == "collapse":
-            reading = metrics.get(collapse_rule(self.spec).metric)
-            if reading is not None and (not self.history or self.history[-1][0] != step):
-                self.history.append([step, float(reading)])
-                self.trial.set_user_attr(COLLAPSE_HISTORY, self.history)
-        if self.trial.should_prune():
-            why = collapse_rule(self.spec).verdict(self.history) if self.spec.get("name") == "collapse" else ""
-            why = why or f"{self.report_metric} below the median of earlier trials at step {step}"
-            self.trial.set_user_attr("pruned_at", step)
-            self.trial.set_user_attr("pruned_because", why)
-            pl_module.request_stop(f"pruned by the sweep at iteration {step}: {why}")
+        @classmethod
+        def from_run_config(cls, cfg: RunConfig) -> TrialReporter:
+            if cfg.sweep.trial < 0 or not cfg.sweep.storage:
+                raise UserError(
+                    "callbacks.sweep_trial reports to a sweep's study: it needs sweep.storage and sweep.trial (the sweeper sets them)"
+                )
+            return cls(cfg.sweep.storage, cfg.sweep.study_name, cfg.sweep.trial)
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"history": self.history}
+        def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+            import optuna
 
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.history = [[int(s), float(v)] for s, v in state_dict.get("history", [])]
+            if not trainer.is_global_zero:
+                return
+            quiet_optuna()
+            storage = open_storage(self.storage_url)  # sweep.storage has no password: the environment gives it back
+            probe = optuna.load_study(study_name=self.study_name, storage=storage)
+            self.spec = dict(probe.user_attrs.get("pruner", {"name": "none"}))
+            settings = probe.user_attrs.get("settings", {})
+            self.report_metric = str(self.spec.get("report_metric") or settings.get("objective", "val/success_rate"))
+            direction = settings.get("direction", "maximize")
+            study = optuna.load_study(study_name=self.study_name, storage=storage, pruner=build_pruner(self.spec, direction))
+            self.trial = attach_trial(study, self.trial_number)
+
+        def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+            if self.trial is None or self.spec.get("name", "none") == "none":
+                return
+            step = int(pl_module.iteration)
+            metrics = pl_module.last_metrics
+            value = metrics.get(self.report_metric)
+            if value is not None and math.isfinite(float(value)):
+                self.trial.report(float(value), step)
+            if self.spec.get("name") == "collapse":
+                reading = metrics.get(collapse_rule(self.spec).metric)
+                if reading is not None and (not self.history or self.history[-1][0] != step):
+                    self.history.append([step, float(reading)])
+                    self.trial.set_user_attr(COLLAPSE_HISTORY, self.history)
+            if self.trial.should_prune():
+                why = collapse_rule(self.spec).verdict(self.history) if self.spec.get("name") == "collapse" else ""
+                why = why or f"{self.report_metric} below the median of earlier trials at step {step}"
+                self.trial.set_user_attr("pruned_at", step)
+                self.trial.set_user_attr("pruned_because", why)
+                pl_module.request_stop(f"pruned by the sweep at iteration {step}: {why}")
+
+        def state_dict(self) -> dict[str, Any]:
+            return {"history": self.history}
+
+        def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+            self.history = [[int(s), float(v)] for s, v in state_dict.get("history", [])]
+
+    TrialReporter.__qualname__ = "TrialReporter"  # Lightning keys its checkpointed state by this name
+    return TrialReporter
