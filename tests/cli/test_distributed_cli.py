@@ -21,8 +21,15 @@ from tests.cli.test_train_cli import RUN_OVERRIDES, agentcollapse, cli_env, metr
 pytestmark = [pytest.mark.alone, pytest.mark.xdist_group("processes"), pytest.mark.slow]
 
 # Four iterations (RUN_OVERRIDES), a checkpoint after each, and the MI proxy at every step; trainer=ddp|fsdp
-# replaces the smoke trainer preset, so what it set beyond RUN_OVERRIDES is spelled out.
-OVERRIDES = [*RUN_OVERRIDES, "trainer.val_temperatures=[0.5]", "trainer.progress_bar=false", "diagnostics.compute_freq=1"]
+# replaces the smoke trainer preset, so what it set beyond RUN_OVERRIDES is spelled out. Micro-batches of 4
+# of the 12 sequences: 3 of them, so one rank runs two and the other one and a padding micro-batch.
+OVERRIDES = [
+    *RUN_OVERRIDES,
+    "trainer.val_temperatures=[0.5]",
+    "trainer.progress_bar=false",
+    "diagnostics.compute_freq=1",
+    "algorithm.micro_batch_size=4",
+]
 TWO = {"ddp": ["trainer=ddp", "trainer.devices=2"], "fsdp": ["trainer=fsdp", "trainer.devices=2"]}
 RECORD = {".hydra", "checkpoints", "config.yaml", "metrics.csv", "summary.json", "train.log"}
 
@@ -72,24 +79,21 @@ def runs(tmp_path_factory, cache_dir) -> dict[str, Path]:
     return out
 
 
-def test_ddp_and_fsdp_reproduce_the_single_process_run(tmp_path, cache_dir, runs):
-    ddp = tmp_path / "ddp" / "run"
-    assert_one_record(ddp, train(ddp, cache_dir, *two_ranks("ddp")))
-    one = metrics(runs["one"])
-    assert_step1_equal(one, metrics(ddp))
-    assert_step1_equal(one, metrics(runs["fsdp"]))
+def test_fsdp_reproduces_the_single_process_run(runs):
+    assert_step1_equal(metrics(runs["one"]), metrics(runs["fsdp"]))
     assert (runs["fsdp"] / "checkpoints" / "last.ckpt").is_dir()  # sharded: a directory of per-rank files
     assert (runs["one"] / "checkpoints" / "last.ckpt").is_file()
 
 
-def test_a_rank_with_nothing_to_train_neither_hangs_nor_changes_the_result(tmp_path, cache_dir):
+def test_ddp_with_a_rank_that_has_nothing_to_train_reproduces_the_single_process_run(tmp_path, cache_dir):
     # One kept group, all in one micro-batch, which goes to rank 0: rank 1 has no sequence to train on,
-    # yet must run as many forwards and backwards (a zero-weight padding micro-batch) as rank 0.
+    # yet must run as many forwards and backwards (a zero-weight padding micro-batch) as rank 0. (The
+    # FSDP runs above pad too: 3 micro-batches on 2 ranks.)
     one_group = ["filter=length", "filter.strategy=top_k_abs", "filter.value=1", "algorithm.micro_batch_size=64"]
-    one, fsdp = tmp_path / "one" / "run", tmp_path / "fsdp" / "run"
+    one, ddp = tmp_path / "one" / "run", tmp_path / "ddp" / "run"
     train(one, cache_dir, *one_group)
-    assert_one_record(fsdp, train(fsdp, cache_dir, *two_ranks("fsdp"), *one_group))
-    df = metrics(fsdp)
+    assert_one_record(ddp, train(ddp, cache_dir, *two_ranks("ddp"), *one_group))
+    df = metrics(ddp)
     trained = df[df.step >= 1]
     assert (trained["filter/kept_count"] == 1).all() and (trained["actor/num_sequences"] > 0).all()
     assert_step1_equal(metrics(one), df)
@@ -121,5 +125,10 @@ def test_fsdp_resumes_its_sharded_checkpoint_exactly_and_one_process_resumes_the
     main(["export-checkpoint", str(exported)])
     assert (exported / "checkpoints" / "last.ckpt").is_file() and "wrote" in capsys.readouterr().out
     train(exported, cache_dir, "resume=true")
-    # FSDP on CPU computes what one process computes, so the one-process continuation lands on the same numbers
-    pd.testing.assert_frame_equal(metrics(exported), reference, check_exact=True)
+    # The one-process continuation lands on the FSDP run's numbers: the same tokens, filter choices and
+    # evaluations; the gradient sums its micro-batches in another order (3 on one rank against 2 + 1), so
+    # the quantities that follow the weights' last bits agree to float rounding.
+    got = metrics(exported)
+    rounding = ["actor/grad_norm", "actor/kl"]
+    pd.testing.assert_frame_equal(got.drop(columns=rounding), reference.drop(columns=rounding), check_exact=True)
+    pd.testing.assert_frame_equal(got[rounding], reference[rounding], check_exact=False, rtol=1e-5)

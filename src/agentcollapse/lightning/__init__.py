@@ -3,7 +3,7 @@ watch (``CollapseDiagnostics``, ``GradBucketAnalysis``) and intervene (``SNRFilt
 ``CollapseEarlyStopping``), and the infrastructure callbacks of every run (``callbacks``). The math they call lives in ``algorithms``,
 ``filtering`` and ``diagnostics``, free of Lightning."""
 
-from agentcollapse.lightning.callbacks import IterationCheckpoint, LineProgress, RunRecordCallback
+from agentcollapse.lightning.callbacks import IterationCheckpoint, LineProgress, RunRecordCallback, StopTogether
 from agentcollapse.lightning.diagnostics import CollapseDiagnostics
 from agentcollapse.lightning.early_stopping import CollapseEarlyStopping
 from agentcollapse.lightning.grad_buckets import GradBucketAnalysis
@@ -23,4 +23,5 @@ __all__ = [
     "RunRecordCallback",
     "SNRFilter",
     "Selection",
+    "StopTogether",
 ]

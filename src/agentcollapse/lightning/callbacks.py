@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 import lightning as L
+from agentcollapse.lightning import distributed
 from agentcollapse.progress import Progress, is_terminal
 from agentcollapse.records import RunRecorder
 
@@ -29,6 +32,24 @@ class RunRecordCallback(L.Callback):
     def on_train_batch_end(self, trainer: L.Trainer, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if trainer.is_global_zero:
             self.recorder.write_summary("running", iteration=pl_module.iteration)
+
+
+class StopTogether(L.Callback):
+    """Several ranks: SIGTERM or SIGINT no longer stops a rank where it is (the others would wait in their
+    next collective forever) but sets ``pending_signal``, which the ranks agree on at the end of the
+    iteration (``AgentRLModule.training_step``); every rank then stops there and the run is recorded as
+    interrupted. It replaces Lightning's handler too, which broadcasts from inside the signal handler.
+    One process keeps the immediate stop."""
+
+    def on_train_start(self, trainer: L.Trainer, pl_module: Any) -> None:
+        if distributed.world()[1] == 1 or threading.current_thread() is not threading.main_thread():
+            return
+
+        def note(signum: int, frame: Any) -> None:
+            pl_module.pending_signal = signum
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, note)  # Lightning restores the handlers it found when fit ends
 
 
 class IterationCheckpoint(L.Callback):

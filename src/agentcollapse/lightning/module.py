@@ -54,6 +54,7 @@ class AgentRLModule(L.LightningModule):
         self.nonfinite_steps = 0  # consecutive iterations whose loss was NaN/inf
         self.nonfinite_total = 0
         self.stop_reason = ""
+        self.pending_signal = 0  # several ranks: a SIGTERM/SIGINT the ranks stop on together (StopTogether)
         self.recorder: Any = None  # a RunRecorder, set by the run-record callback
         self.last_metrics: dict[str, float] = {}  # the latest iteration's metrics (progress lines read them)
 
@@ -236,9 +237,10 @@ class AgentRLModule(L.LightningModule):
         # Lightning does not agree on should_stop across ranks: one rank leaving the loop alone
         # would leave the others waiting in the next collective.
         if distributed.world()[1] > 1:
-            votes = distributed.gather_objects((bool(self.trainer.should_stop), self.stop_reason))
-            self.trainer.should_stop = any(stop for stop, _ in votes)
-            self.stop_reason = next((reason for _, reason in votes if reason), "")
+            votes = distributed.gather_objects((bool(self.trainer.should_stop), self.stop_reason, self.pending_signal))
+            self.pending_signal = max(signum for _, _, signum in votes)
+            self.trainer.should_stop = self.pending_signal > 0 or any(stop for stop, _, _ in votes)
+            self.stop_reason = next((reason for _, reason, _ in votes if reason), "")
 
     def peak_memory(self, phase: str) -> dict[str, float]:
         """This process's peak memory so far, read after ``phase``: resident (MiB) and on a GPU allocated

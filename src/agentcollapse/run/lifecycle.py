@@ -100,6 +100,8 @@ def train(cfg_in: DictConfig | RunConfig) -> dict[str, Any]:
     try:
         module, trainer = run_trainer.build_trainer(cfg, recorder, run_dir)
         trainer.fit(module, train_dataloaders=run_trainer.iterations(cfg.trainer.max_steps), ckpt_path=str(ckpt) if ckpt else None)
+        if module.pending_signal:  # several ranks stopped together at the end of an iteration (StopTogether)
+            raise Interrupted(module.pending_signal)
         reason = module.stop_reason or f"reached trainer.max_steps={cfg.trainer.max_steps}"
         recorder.write_summary("finished", reason=reason, iteration=module.iteration)
     except (KeyboardInterrupt, Interrupted, SIGTERMException) as exc:

@@ -66,7 +66,7 @@ def build_callbacks(cfg: RunConfig) -> list[Any]:
 def build_trainer(cfg: RunConfig, recorder: RunRecorder, run_dir: Path):
     """(module, trainer) for a run whose record lives in ``run_dir``."""
     import lightning as L
-    from agentcollapse.lightning import AgentRLModule, IterationCheckpoint, LineProgress, RunRecordCallback
+    from agentcollapse.lightning import AgentRLModule, IterationCheckpoint, LineProgress, RunRecordCallback, StopTogether
     from agentcollapse.models.policy import load_policy
 
     policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
@@ -74,7 +74,7 @@ def build_trainer(cfg: RunConfig, recorder: RunRecorder, run_dir: Path):
     policy.reuse_kv_across_turns = cfg.rollout.reuse_kv
     module = AgentRLModule(cfg, policy)
     loggers = [_wandb_logger(cfg, run_dir)] if cfg.logger.wandb.enabled and cfg.logger.wandb.mode != "disabled" else []
-    callbacks = [RunRecordCallback(recorder), IterationCheckpoint(run_dir / "checkpoints", cfg.trainer.checkpoint_every)]
+    callbacks = [RunRecordCallback(recorder), IterationCheckpoint(run_dir / "checkpoints", cfg.trainer.checkpoint_every), StopTogether()]
     callbacks += build_callbacks(cfg)
     live = cfg.trainer.progress_bar and LineProgress.is_terminal()
     if not live:
