@@ -38,10 +38,11 @@ format: $(STAMP) ## apply ruff's fixes and formatting
 	$(BIN)/ruff check --fix src tests benchmarks scripts analysis
 	$(BIN)/ruff format src tests benchmarks scripts analysis
 
-# Two passes sharing one model cache: the tests on 2 xdist workers of one thread each, then the tests
-# that start processes of their own (DDP, sweep workers, the SmolLM2 CLI pair: marker `alone`) one at a time.
+# Two passes sharing one model cache (in the checkout, git-ignored, removed at the end: nothing that cleans
+# /tmp can take it mid-run): the tests on 2 xdist workers of one thread each, then the tests that start
+# processes of their own (DDP/FSDP ranks, sweep workers, the SmolLM2 CLI run: marker `alone`) one at a time.
 test: lint ## lint, then the test suite: 2 workers, then the multi-process tests alone (< 15 min on 2 cores)
-	@cache=$$(mktemp -d); \
+	@cache=$$(mktemp -d "$(CURDIR)/.test-cache.XXXXXX"); \
 	AGENTCOLLAPSE_TEST_CACHE=$$cache $(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not alone" \
 	&& AGENTCOLLAPSE_TEST_CACHE=$$cache $(BIN)/python -m pytest -q -m alone; \
 	status=$$?; rm -rf $$cache; exit $$status
