@@ -185,6 +185,19 @@ def test_corrupt_checkpoint_on_resume(tmp_path, cache_dir, capsys, monkeypatch):
     assert files_of(tmp_path / "run") == before  # the old record is kept as it was
 
 
+def test_a_one_file_checkpoint_is_not_resumed_by_fsdp(tmp_path, cache_dir, capsys, monkeypatch):
+    import io
+
+    import torch
+
+    one_file = io.BytesIO()
+    torch.save({"agentcollapse": {"iteration": 1}}, one_file)  # what a one-process run (or an export) writes
+    before = write_old_run(tmp_path / "run", checkpoint=one_file.getvalue())
+    proc = run_in_process(train_args(tmp_path, cache_dir, "trainer=fsdp", "resume=true"), tmp_path, capsys, monkeypatch)
+    assert_one_line_error(proc, "is a one-file checkpoint, which trainer=fsdp cannot resume", "trainer=ddp")
+    assert files_of(tmp_path / "run") == before
+
+
 def test_make_train_with_an_unknown_env(tmp_path):
     """``make train ENV=no_such_env``: non-zero, no traceback, and frozenlake among the valid envs."""
     if shutil.which("make") is None:

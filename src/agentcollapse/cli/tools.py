@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from agentcollapse.errors import UserError
-from agentcollapse.run.directory import checkpoint_iteration, export_full_checkpoint
+from agentcollapse.run.directory import export_full_checkpoint
 from agentcollapse.run.jobs import rebuild_base_model, rv_check
 
 
@@ -31,5 +31,5 @@ def mi_check(overrides: list[str]) -> None:
 def export_checkpoint(args: list[str]) -> None:
     if len(args) != 1 or args[0].startswith("-"):
         raise UserError("usage: agentcollapse export-checkpoint RUN_DIR (a trainer=fsdp run whose checkpoints/last.ckpt is a directory)")
-    path = export_full_checkpoint(args[0])
-    print(f"wrote {path} (iteration {checkpoint_iteration(path)}): one file; resume=true run_dir={args[0]} continues it with any trainer")
+    path, iteration = export_full_checkpoint(args[0])
+    print(f"wrote {path} (iteration {iteration}): one file; resume=true run_dir={args[0]} continues it in one process or with trainer=ddp")

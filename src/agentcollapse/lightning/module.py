@@ -201,12 +201,11 @@ class AgentRLModule(L.LightningModule):
             self.trainer.should_stop = True
             return
         step = self.iteration + 1
-        started = time.perf_counter()
         metrics: dict[str, float] = {}
         with distributed.whole_weights(self):  # FSDP: decoding runs on weights gathered once
             if step == 1 and self.cfg.trainer.val_every > 0:
                 self.log_metrics(0, self.evaluate_warm_start())  # the warm-start policy, before any update
-                started = time.perf_counter()
+            started = time.perf_counter()
             rollout, perf = self.collect(self.iteration)
             metrics.update(perf)
             metrics.update(self.peak_memory("rollout"))

@@ -37,18 +37,18 @@ def checkpoint_iteration(ckpt: Path) -> int:
         raise UserError(f"checkpoint {ckpt} is corrupt or not ours ({type(exc).__name__}); delete it or start a fresh run_dir") from None
 
 
-def export_full_checkpoint(run_dir: str | Path) -> Path:
+def export_full_checkpoint(run_dir: str | Path) -> tuple[Path, int]:
     """Turn a run's sharded checkpoint (``trainer=fsdp``: ``last.ckpt`` a directory of shards) into one
     file in place, the form a one-process run saves: the same weights, optimizer state and RL state,
-    so ``resume=true`` continues it under any strategy. The shards are deleted only once the file is
-    in place. Returns the checkpoint's path."""
+    so ``resume=true`` continues it in one process or with ``trainer=ddp``. The shards are deleted only
+    once the file is in place. Returns the checkpoint's path and the iteration it was written after."""
     import torch
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
     last = last_checkpoint(run_dir)
     if not last.is_dir():
         raise UserError(f"{last} is not a sharded checkpoint (a directory written by trainer=fsdp); nothing to export")
-    checkpoint_iteration(last)  # a foreign or broken directory fails here, in one line
+    iteration = checkpoint_iteration(last)  # a foreign or broken directory fails here, in one line
     flat = last.parent / ".last.flat.tmp"
     dcp_to_torch_save(last, flat)
     state = torch.load(flat, map_location="cpu", weights_only=False)
@@ -63,7 +63,7 @@ def export_full_checkpoint(run_dir: str | Path) -> Path:
     os.replace(last, old)
     os.replace(tmp, last)
     shutil.rmtree(old)
-    return last
+    return last, iteration
 
 
 def _numbered_optimizer_state(named: dict) -> dict:

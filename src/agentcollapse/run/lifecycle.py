@@ -63,11 +63,15 @@ def preflight(cfg: RunConfig, claim_run_dir: bool = True) -> tuple[Path, Path | 
     if not claim_run_dir:
         return None
     run_dir, ckpt = prepare_run_dir(cfg.run_dir, cfg.resume)
-    if ckpt is not None and ckpt.is_dir() and cfg.trainer.strategy != "fsdp":
-        raise UserError(
-            f"{ckpt} is a sharded checkpoint (written by trainer=fsdp): resume with trainer=fsdp, or make it one file "
-            f"first with `agentcollapse export-checkpoint {run_dir}`"
-        )
+    # FSDP writes and reads sharded checkpoints (a directory) holding every tensor; the others write one
+    # file of trainable tensors. Neither loads the other's, so the kind must match the strategy.
+    if ckpt is not None and ckpt.is_dir() != (cfg.trainer.strategy == "fsdp"):
+        if ckpt.is_dir():
+            raise UserError(
+                f"{ckpt} is a sharded checkpoint (written by trainer=fsdp): resume with trainer=fsdp, or make it one file "
+                f"first with `agentcollapse export-checkpoint {run_dir}`"
+            )
+        raise UserError(f"{ckpt} is a one-file checkpoint, which trainer=fsdp cannot resume: resume it in one process or with trainer=ddp")
     return run_dir, ckpt
 
 
