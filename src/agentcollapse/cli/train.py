@@ -103,14 +103,15 @@ def refuse_multirun_ddp(argv: list[str]) -> None:
     checks the composed trial configs too, and each trial checks itself under any sweeper)."""
     if not any(a in ("-m", "--multirun") for a in argv):
         return
-    from agentcollapse.sweep.runner import check_single_process
+    from agentcollapse.sweep.runner import MULTI_PROCESS_STRATEGIES, check_single_process
 
     for a in argv:
         key, _, value = a.lstrip("+~").partition("=")
-        for multi in ("ddp", "fsdp"):
-            if key == "trainer" and multi in value.split(","):
+        choices = value.split(",")
+        if key == "trainer":
+            for multi in (c for c in choices if c in MULTI_PROCESS_STRATEGIES):
                 check_single_process(multi, None, f" ({a})")
-        if key == "trainer.strategy" and any(v.startswith(("ddp", "fsdp")) for v in value.split(",")):
+        if key == "trainer.strategy" and any(v.startswith(MULTI_PROCESS_STRATEGIES) for v in choices):
             check_single_process(value, None, f" ({a})")
 
 

@@ -31,10 +31,13 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+MULTI_PROCESS_STRATEGIES = ("ddp", "fsdp")  # and Lightning's names that start with them (ddp_spawn, ...)
+
+
 def check_single_process(strategy: Any, devices: Any, where: str = "") -> None:
     """A sweep launches its trials as one process each: a DDP or FSDP trial would start ranks that each
     run the whole sweep. Refuse it before anything runs."""
-    if str(strategy).startswith(("ddp", "fsdp")) or (isinstance(devices, int) and devices > 1):
+    if str(strategy).startswith(MULTI_PROCESS_STRATEGIES) or (isinstance(devices, int) and devices > 1):
         raise UserError(
             f"a multirun sweep cannot train with trainer.strategy={strategy} trainer.devices={devices}{where}: every rank "
             "would run the whole sweep. Sweep with trainer.devices=1 (the default trainer), or run each multi-process job "
@@ -52,7 +55,7 @@ def _refuse_ddp(hydra_context: Any, config: Any, space: SearchSpace) -> None:
         try:
             cfg = loader.load_sweep_config(config, overrides)
         except Exception as exc:  # composition errors surface, one line, when the trial runs
-            if "ddp" in " ".join(overrides) or "fsdp" in " ".join(overrides):
+            if any(name in " ".join(overrides) for name in MULTI_PROCESS_STRATEGIES):
                 raise UserError(f"cannot compose the sweep's trial config: {' '.join(str(exc).split())[:300]}") from None
             continue
         check_single_process(
