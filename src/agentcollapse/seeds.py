@@ -26,6 +26,7 @@ __all__ = [
     "rollout_sample_seed",
     "train_env_seeds",
     "trajectory_stream_seed",
+    "turn_sample_seed",
     "validation_env_seeds",
     "validation_sample_seed",
     "warm_start_env_seed",
@@ -78,6 +79,12 @@ def validation_sample_seed(run_seed: int) -> int:
 def trajectory_stream_seed(sample_seed: int, index: int) -> int:
     """The seed of trajectory ``index``'s own generator: the same whatever batch it is decoded in."""
     return (sample_seed * _STREAM_MULTIPLIER + index) % (2**63 - 1)
+
+
+def turn_sample_seed(stream_seed: int, turn: int) -> int:
+    """The vLLM engine's seed for turn ``turn`` (0-based) of the trajectory whose stream is ``stream_seed``:
+    each request samples from its own generator, so a turn draws the same tokens in any batch."""
+    return (stream_seed * _STREAM_MULTIPLIER + turn) % (2**63 - 1)
 
 
 def warm_start_env_seed(warm_start_seed: int, episode: int) -> int:

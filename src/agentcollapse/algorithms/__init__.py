@@ -13,6 +13,7 @@ from agentcollapse.algorithms.advantages import (
     register_adv_est,
     whiten_across,
 )
+from agentcollapse.algorithms.correction import ROLLOUT_CORRECTIONS, CorrectionStats, rollout_correction_weights
 from agentcollapse.algorithms.kl import KL_ESTIMATORS, kl_penalty, register_kl
 from agentcollapse.algorithms.losses import (
     LOSS_AGG_MODES,
@@ -34,6 +35,9 @@ from agentcollapse.algorithms.presets import (
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "ROLLOUT_CORRECTIONS",
+    "CorrectionStats",
+    "rollout_correction_weights",
     "KL_ESTIMATORS",
     "LOSS_AGG_MODES",
     "PRESETS",

@@ -110,6 +110,7 @@ def policy_loss(
     dual_clip: bool = True,
     agg_mode: str = "token-mean",
     norm_length: int | None = None,
+    token_weights: Tensor | None = None,
 ) -> PolicyLossOutput:
     """PPO clipped surrogate with decoupled clip range and optional dual clip.
 
@@ -118,6 +119,8 @@ def policy_loss(
     low-probability tokens grow and so slows entropy collapse. Dual clip (Ye et al. 2020): for
     A < 0 the loss is further capped at -A * clip_ratio_c so one token with a huge ratio cannot
     dominate. ``advantages`` is [B] (one per sequence, broadcast over tokens) or [B, T].
+    ``token_weights`` (detached, [B, T]) scale each token's loss: the rollout correction's
+    importance weights (``algorithms.correction``).
     """
     if logprob.shape != old_logprob.shape or logprob.shape != mask.shape:
         raise ValueError(
@@ -143,6 +146,8 @@ def policy_loss(
     else:
         losses = clipped
         lower_active = torch.zeros_like(mask, dtype=torch.bool)
+    if token_weights is not None:
+        losses = losses * token_weights
 
     loss = aggregate_loss(losses, mask, agg_mode, norm_length)
     with torch.no_grad():

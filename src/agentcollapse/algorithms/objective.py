@@ -60,17 +60,29 @@ def rl_objective(
     values: Tensor | None = None,
     value_targets: Tensor | None = None,
     old_values: Tensor | None = None,
+    token_weights: Tensor | None = None,
 ) -> ObjectiveTerms:
     """The objective of one micro-batch: ``logits [B, T+1, V]`` of the sequences, ``logp``/``old_logp``
     ``[B, T]`` token log-probs, token ``advantages [B, T]`` and the response ``mask [B, T]``.
 
     ``ref_logp`` is needed when ``algo.kl_coef > 0``; ``values``/``value_targets``/``old_values`` when
-    the algorithm trains a critic. With ``entropy_coef = 0`` the entropy is computed without a graph
+    the algorithm trains a critic; ``token_weights`` scale the policy loss per token (the rollout
+    correction's importance weights). With ``entropy_coef = 0`` the entropy is computed without a graph
     (it is only logged then).
     """
     agg = algo.loss_agg_mode
     pl = policy_loss(
-        logp, old_logp, advantages, mask, algo.clip_low, algo.clip_high, algo.clip_ratio_c, algo.dual_clip, agg, norm_length=norm_length
+        logp,
+        old_logp,
+        advantages,
+        mask,
+        algo.clip_low,
+        algo.clip_high,
+        algo.clip_ratio_c,
+        algo.dual_clip,
+        agg,
+        norm_length=norm_length,
+        token_weights=token_weights,
     )
     # The total is summed in one fixed order (policy, entropy, KL, critic) so it is bit-stable.
     total = pl.loss

@@ -26,6 +26,7 @@ from agentcollapse.seeds import MAX_RESAMPLE_ROUNDS
 __all__ = [
     "FSDP_PARAM_DTYPES",
     "TRAINER_STRATEGIES",
+    "VLLMConfig",
     "AlgorithmConfig",
     "DiagnosticsConfig",
     "EnvConfig",
@@ -175,6 +176,29 @@ class ModelConfig:
 
 
 @dataclass
+class VLLMConfig:
+    """The vLLM engine (``rollout.engine=vllm``), started in the training process."""
+
+    dtype: str = opt("bfloat16", help="weights and activations in the engine: bfloat16 | float16 | float32 | auto")
+    max_model_len: int = opt(4096, help="longest context + response one request may reach (tokens)")
+    kv_cache_gib: float = opt(2.0, help="CPU: memory for the engine's KV cache in GiB (vLLM would otherwise take most of the RAM)")
+    gpu_memory_utilization: float = opt(0.3, help="CUDA: share of GPU memory the engine may take (weights + KV cache); the rest trains")
+    enforce_eager: Optional[bool] = opt(
+        None, help="no torch.compile / CUDA graphs; null: eager on CPU (start-up in seconds), compiled on CUDA (faster decoding)"
+    )
+    sleep_during_update: bool = opt(True, help="CUDA: release the engine's memory while the trainer updates (vLLM sleep mode)")
+
+    def validate(self) -> None:
+        _one_of("rollout.vllm.dtype", self.dtype, ("bfloat16", "float16", "float32", "auto"))
+        _at_least("rollout.vllm.max_model_len", self.max_model_len, 16)
+        _finite("rollout.vllm.kv_cache_gib", self.kv_cache_gib)
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise UserError(f"rollout.vllm.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
+        if self.kv_cache_gib <= 0:
+            raise UserError(f"rollout.vllm.kv_cache_gib={self.kv_cache_gib} must be > 0")
+
+
+@dataclass
 class RolloutConfig:
     num_prompts: int = opt(8, help="P: prompts (groups) per iteration")
     group_size: int = opt(16, help="G: trajectories per prompt")
@@ -188,11 +212,16 @@ class RolloutConfig:
         True,
         help="keep each trajectory's KV cache from turn to turn and encode only the new tokens (faster; holds one cache per live trajectory)",
     )
+    engine: str = opt(
+        "hf", help="decoding engine: hf (transformers generate; the tiny policy's) | vllm (vLLM in this process, weights synced each step)"
+    )
+    vllm: VLLMConfig = opt(factory=VLLMConfig, help="the vLLM engine's settings (rollout.engine=vllm)")
 
     def validate(self) -> None:
         for key in ("num_prompts", "group_size", "max_new_tokens", "generation_batch_size"):
             _at_least(f"rollout.{key}", getattr(self, key), 1)
         _finite("rollout.temperature", self.temperature)
+        self.vllm.validate()
 
 
 @dataclass
@@ -226,6 +255,11 @@ class AlgorithmConfig:
     micro_batch_size: int = opt(8, help="sequences per forward/backward (the loss is the same for any size)")
     max_grad_norm: float = opt(1.0, help="gradient clipping norm")
     max_nonfinite_steps: int = opt(5, help="NaN/inf losses in a row before the run stops")
+    rollout_correction: str = opt(
+        "token_tis",
+        help="rollout.engine=vllm: correct for the engine's log-probs differing from the trainer's: none | token_tis (weight min(ratio, cap)) | sequence_mask (drop sequences whose mean ratio leaves [1/cap, cap])",
+    )
+    rollout_correction_cap: float = opt(2.0, help="the rollout correction's cap on the importance ratio (> 1)")
 
     def validate(self) -> None:
         for key in ("kl_coef", "entropy_coef", "clip_low", "clip_high", "clip_ratio_c", "gamma", "lam", "lr", "critic_lr", "max_grad_norm"):
@@ -234,6 +268,8 @@ class AlgorithmConfig:
             _at_least(f"algorithm.{key}", getattr(self, key), 1)
         _at_least("algorithm.max_resample_rounds", self.max_resample_rounds, 0)
         _at_least("algorithm.mini_batch_size", self.mini_batch_size, 0)
+        if not self.rollout_correction_cap > 1:
+            raise UserError(f"algorithm.rollout_correction_cap={self.rollout_correction_cap} must be > 1")
         if self.max_resample_rounds > MAX_RESAMPLE_ROUNDS:
             raise UserError(f"algorithm.max_resample_rounds={self.max_resample_rounds} must be <= {MAX_RESAMPLE_ROUNDS}")
 

@@ -7,6 +7,7 @@ touch the disk (a model directory, its chat template) run in ``run.preflight``."
 from __future__ import annotations
 
 from agentcollapse import envs
+from agentcollapse.algorithms import ROLLOUT_CORRECTIONS
 from agentcollapse.config.conf_files import group_options
 from agentcollapse.config.resolve import algorithm_preset
 from agentcollapse.config.schema import DiagnosticsConfig, FilterConfig, ModelConfig, RunConfig, _one_of
@@ -14,6 +15,7 @@ from agentcollapse.diagnostics.samplers import sampler_names
 from agentcollapse.errors import UserError
 from agentcollapse.filtering import BUCKET_MODES, check_settings, score_names, strategy_names
 from agentcollapse.models.policy import DTYPES, MODEL_NAMES, hf_path_message
+from agentcollapse.rollout.vllm_engine import ENGINES
 
 __all__ = ["validate"]
 
@@ -31,6 +33,13 @@ def validate(cfg: RunConfig) -> None:
         )
     _check_filter(cfg.filter, group_size=cfg.rollout.group_size)  # some scores need >= 2 rollouts per prompt
     _check_diagnostics(cfg.diagnostics)
+    _one_of("algorithm.rollout_correction", cfg.algorithm.rollout_correction, ROLLOUT_CORRECTIONS)
+    _one_of("rollout.engine", cfg.rollout.engine, ENGINES)
+    if cfg.rollout.engine == "vllm" and cfg.trainer.devices * cfg.trainer.num_nodes > 1:
+        raise UserError(
+            "rollout.engine=vllm runs in one training process for now (one engine per rank is not built); "
+            "use trainer.devices=1, or rollout.engine=hf with ddp/fsdp"
+        )
 
 
 def _check_model(model: ModelConfig) -> None:

@@ -29,12 +29,14 @@ from agentcollapse.filtering import groups_with_signal
 from agentcollapse.lightning import distributed, evaluation
 from agentcollapse.lightning import update as phases
 from agentcollapse.lightning.hooks import RolloutHook, Selection
+from agentcollapse.models.hf import base_model, folded_lora_weights
 from agentcollapse.models.policy import Policy
 from agentcollapse.models.value_head import ValueHead
 from agentcollapse.progress import peak_rss_mib
 from agentcollapse.rollout.batch import RolloutBatch
 from agentcollapse.rollout.runner import collect_rollouts, rollout_metrics
 from agentcollapse.rollout.sequences import build_sequences, collate, gather_logprobs
+from agentcollapse.rollout.vllm_engine import VLLMEngine, engine_settings
 
 log = logging.getLogger("agentcollapse")
 
@@ -57,6 +59,8 @@ class AgentRLModule(L.LightningModule):
         self.pending_signal = 0  # several ranks: a SIGTERM/SIGINT the ranks stop on together (StopTogether)
         self.recorder: Any = None  # a RunRecorder, set by the run-record callback
         self.last_metrics: dict[str, float] = {}  # the latest iteration's metrics (progress lines read them)
+        self.engine: VLLMEngine | None = None  # rollout.engine=vllm, started at fit start
+        self.engine_stale = True  # the engine's weights are not the policy's: pushed before its next rollout
 
     # -- Lightning plumbing -------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -108,6 +112,22 @@ class AgentRLModule(L.LightningModule):
         own = self.state_dict()
         checkpoint["state_dict"] = {**own, **checkpoint["state_dict"]}
 
+    def on_fit_start(self) -> None:
+        # Started before training, so an engine that cannot start stops the run with its one line.
+        if self.cfg.rollout.engine == "vllm" and self.engine is None:
+            started = time.perf_counter()
+            self.engine = VLLMEngine(self.policy.source_dir, engine_settings(self.cfg.rollout.vllm), seed=self.cfg.seed)
+            log.info("vLLM engine started in %.1fs", time.perf_counter() - started)
+
+    def rollout_engine(self) -> VLLMEngine | None:
+        """The vLLM engine serving the policy's current weights (None: rollouts decode with transformers).
+        The LoRA-folded weights are pushed lazily, before the first rollout after a change (the start,
+        a restored checkpoint, an optimizer step)."""
+        if self.engine is not None and self.engine_stale:
+            self.engine.load_weights(folded_lora_weights(self.model), dict(base_model(self.model).named_parameters()))
+            self.engine_stale = False
+        return self.engine
+
     def on_train_start(self) -> None:
         rank, size = distributed.world()
         if size > 1:  # each rank says what it decodes: the one sign in a log that every rank is there
@@ -142,6 +162,7 @@ class AgentRLModule(L.LightningModule):
             sample_seed=sample_seed,
             generation_batch_size=self.cfg.rollout.generation_batch_size,
             stream_offset=start * group_size,
+            engine=self.rollout_engine(),
         )
         if size == 1:
             return local, perf
@@ -221,6 +242,8 @@ class AgentRLModule(L.LightningModule):
         metrics.update(self.peak_memory("hooks"))
         metrics["rollout/empty_after_filter"] = float(selection.is_empty)
         if not selection.is_empty:
+            if self.engine is not None:
+                self.engine.to_sleep()  # CUDA: its memory goes to the update
             metrics.update(self.update(rollout, selection))
             metrics.update(self.peak_memory("update"))
         metrics["perf/step_time_s"] = time.perf_counter() - started
@@ -309,6 +332,7 @@ class AgentRLModule(L.LightningModule):
                 self.request_stop(f"loss was NaN/inf for {self.nonfinite_steps} consecutive steps; lower algorithm.lr or check rewards")
         else:
             self.nonfinite_steps = 0
+        self.engine_stale = self.engine_stale or bool(grad_norms)  # an optimizer step changed the weights
         out = phases.summarise(plan, stats, grad_norms, selection.loss_scale, self.nonfinite_total)
         out["perf/scoring_time_s"] = scored - started
         out["perf/update_time_s"] = time.perf_counter() - scored

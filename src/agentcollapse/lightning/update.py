@@ -22,7 +22,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from agentcollapse.algorithms import compute_group_advantages, gae_advantages, micro_batch_weight, rl_objective, whiten_across
+from agentcollapse.algorithms import (
+    compute_group_advantages,
+    gae_advantages,
+    micro_batch_weight,
+    rl_objective,
+    rollout_correction_weights,
+    whiten_across,
+)
 from agentcollapse.lightning import distributed
 from agentcollapse.lightning.hooks import Selection
 from agentcollapse.rollout.batch import RolloutBatch
@@ -46,6 +53,12 @@ __all__ = [
 ]
 
 STAT_KEYS = ("pg_loss", "kl", "entropy", "clipfrac", "lower_clipfrac", "approx_kl", "value_loss")
+# the rollout engine's log-probs against the trainer's (vLLM only), and the correction's statistics
+ENGINE_STAT_NAMES = {
+    "engine_logp_abs_diff": "rollout/engine_logp_abs_diff",
+    "rollout_is_ratio_mean": "actor/rollout_is_ratio_mean",
+    "rollout_corrected_frac": "actor/rollout_corrected_frac",
+}
 
 
 @dataclass
@@ -62,6 +75,7 @@ class MicroBatch:
     advantages: torch.Tensor | None = None  # [rows, positions], zero off the response tokens
     value_targets: torch.Tensor | None = None  # PPO: GAE returns
     padding: bool = False  # a zero-weight stand-in that keeps this rank in step with the others
+    token_weights: torch.Tensor | None = None  # the rollout correction's per-token loss weights (vLLM)
 
 
 @dataclass(frozen=True)
@@ -114,7 +128,10 @@ def plan_update(module: LightningModule, rollout: RolloutBatch, selection: Selec
     if traj_mask is not None:  # trajectory-level filter: drop unkept trajectories' sequences
         flat = traj_mask[kept_groups].reshape(-1)
         keep = [i for i, t in enumerate(seqs.traj_index) if flat[t]]
-        seqs = Sequences(*[[getattr(seqs, f)[i] for i in keep] for f in ("input_ids", "loss_mask", "traj_index", "is_last")])
+        seqs = Sequences(
+            *[[getattr(seqs, f)[i] for i in keep] for f in ("input_ids", "loss_mask", "traj_index", "is_last")],
+            sample_logp=None if seqs.sample_logp is None else [seqs.sample_logp[i] for i in keep],
+        )
     steps = mini_batches(seqs, cfg.mini_batch_size)
     # One process's micro-batches, dealt to the ranks by padded size so that each runs the same
     # number per step (a padding micro-batch where a rank has fewer): the gradient summed over
@@ -194,7 +211,7 @@ def optimise(module: LightningModule, plan: UpdatePlan, loss_scale: float) -> tu
     by (epoch, one-process order), the gradient norm of each step taken, and whether a NaN/inf loss
     or gradient stopped the update."""
     algo, cfg = module.algo, module.cfg
-    stats: dict[str, list[tuple[int, int, float]]] = {k: [] for k in STAT_KEYS}
+    stats: dict[str, list[tuple[int, int, float]]] = {k: [] for k in (*STAT_KEYS, *ENGINE_STAT_NAMES)}
     grad_norms: list[float] = []
     opt = module.optimizers()
     params = [p for g in opt.param_groups for p in g["params"]]
@@ -213,6 +230,14 @@ def optimise(module: LightningModule, plan: UpdatePlan, loss_scale: float) -> tu
                     mask = mb.tensors["response_mask"]
                     logits, logp, values = module.forward_sequences(mb.tensors, with_values=algo.use_critic)
                     old = logp.detach() if mb.old_logp is None else mb.old_logp
+                    if epoch == 0 and "sample_logp" in mb.tensors and not mb.padding:
+                        # the engine sampled these tokens: measure (and correct for) its log-probs
+                        # against the trainer's, before any optimizer step of this update
+                        mb.token_weights, c = rollout_correction_weights(
+                            old, mb.tensors["sample_logp"], mask, cfg.algorithm.rollout_correction, cfg.algorithm.rollout_correction_cap
+                        )
+                        for name, value in zip(ENGINE_STAT_NAMES, (c.logp_abs_diff, c.ratio_mean, c.corrected_frac)):
+                            stats[name].append((*key, value))
                     w = (
                         0.0
                         if mb.padding
@@ -232,6 +257,7 @@ def optimise(module: LightningModule, plan: UpdatePlan, loss_scale: float) -> tu
                         values=values,
                         value_targets=mb.value_targets if values is not None else None,
                         old_values=mb.old_values if values is not None else None,
+                        token_weights=mb.token_weights,
                     )
                     if record and terms.kl is not None:
                         stats["kl"].append((*key, float(terms.kl)))
@@ -268,7 +294,7 @@ def summarise(
     parts = distributed.gather_objects(stats)
     merged = {k: [v for _, _, v in sorted(e for part in parts for e in part[k])] for k in stats}
     merged["grad_norm"] = grad_norms
-    out = {f"actor/{k}": float(np.mean(v)) for k, v in merged.items() if v and k != "value_loss"}
+    out = {ENGINE_STAT_NAMES.get(k, f"actor/{k}"): float(np.mean(v)) for k, v in merged.items() if v and k != "value_loss"}
     if merged["value_loss"]:
         out["critic/value_loss"] = float(np.mean(merged["value_loss"]))
     out["actor/nonfinite_loss_count"] = float(nonfinite_total)

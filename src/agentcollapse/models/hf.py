@@ -19,6 +19,7 @@ __all__ = [
     "cache_from_layers",
     "cache_kwarg",
     "eval_no_grad",
+    "folded_lora_weights",
     "forward_params",
     "growing_cache",
     "layer_tensors",
@@ -290,9 +291,24 @@ class FoldedLoRA:
     def refresh(self) -> torch.nn.Module:
         """Fold the source's current adapter weights in; returns the decoding model."""
         for lora, plain in self.pairs:
-            weight = lora.base_layer.weight.detach().clone()
-            for adapter in lora.active_adapters:
-                if adapter in lora.lora_A:
-                    weight += lora.get_delta_weight(adapter).to(weight.dtype)
-            plain.weight.copy_(weight)
+            plain.weight.copy_(_folded_weight(lora))
         return self.model
+
+
+@torch.no_grad()
+def _folded_weight(lora: Any) -> torch.Tensor:
+    """A peft LoRA layer's base weight with its active adapters folded in (peft's ``get_delta_weight``)."""
+    weight = lora.base_layer.weight.detach().clone()
+    for adapter in lora.active_adapters:
+        if adapter in lora.lora_A:
+            weight += lora.get_delta_weight(adapter).to(weight.dtype)
+    return weight
+
+
+def folded_lora_weights(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """``(checkpoint name, weight)`` of every LoRA-wrapped linear with its adapters folded in: the
+    only weights LoRA training changes, named as in the model's own checkpoint (``model.layers.0.
+    self_attn.q_proj.weight``), which is what an inference engine's ``load_weights`` reads."""
+    from peft.tuners.lora import LoraLayer
+
+    return [(f"{name}.weight", _folded_weight(m)) for name, m in base_model(model).named_modules() if isinstance(m, LoraLayer)]

@@ -61,6 +61,7 @@ class Policy:
     tokenizer: Any
     fold_lora_for_decoding: bool = True  # decode with a copy whose adapters are folded in (FoldedLoRA)
     reuse_kv_across_turns: bool = True  # keep each trajectory's KV cache from turn to turn (rollout.reuse_kv)
+    source_dir: Path | None = None  # the directory the base weights were loaded from (an inference engine loads it too)
     _folded: Any = field(default=None, init=False, repr=False, compare=False)
     _stop_text: Any = field(default=None, init=False, repr=False, compare=False)
 
@@ -194,12 +195,15 @@ def load_policy(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.
     for p in base.parameters():
         p.requires_grad_(False)
     if model_cfg.gradient_checkpointing:  # non-reentrant: the frozen embeddings need no requires_grad trick
-        base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5.20's name
+            base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:  # the release vLLM accepts (< 5.20)
+            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         base.config.use_cache = False  # decoding passes use_cache=True itself
     torch.manual_seed(seed)  # LoRA init is random: tie it to the run seed
     lora = model_cfg.lora
     model = add_lora(base, lora.r, lora.alpha, lora.dropout, lora.target_modules)
-    return Policy(model=model, tokenizer=tokenizer)
+    return Policy(model=model, tokenizer=tokenizer, source_dir=model_dir)
 
 
 def is_peft(model: torch.nn.Module) -> bool:

@@ -23,6 +23,7 @@ class Turn:
     reward: float  # env reward for this turn, format penalty included
     grounding: float | None = None  # share of true state claims in the reasoning (None: no claims)
     observation: str = ""  # the user message of this turn as the agent read it (copy detection)
+    sample_logprobs: list[float] | None = None  # the vLLM engine's log-prob of each response token (hf: None)
 
 
 @dataclass

@@ -13,11 +13,8 @@ from agentcollapse.models.context import first_context_ids, next_context_ids, ne
 from agentcollapse.models.policy import Policy
 from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
 from agentcollapse.rollout.generate import RowCache, generate
-from agentcollapse.seeds import trajectory_stream_seed
-
-
-def trajectory_generator(sample_seed: int, index: int) -> torch.Generator:
-    return torch.Generator().manual_seed(trajectory_stream_seed(sample_seed, index))
+from agentcollapse.rollout.vllm_engine import VLLMEngine
+from agentcollapse.seeds import trajectory_stream_seed, turn_sample_seed
 
 
 def collect_rollouts(
@@ -30,13 +27,17 @@ def collect_rollouts(
     sample_seed: int,
     generation_batch_size: int = 256,
     stream_offset: int = 0,
+    engine: VLLMEngine | None = None,
 ) -> tuple[RolloutBatch, dict[str, float]]:
     """Roll out ``group_size`` trajectories per env seed; returns the batch and timing stats.
 
     ``temperature`` is one for every trajectory or one per env seed (validation decodes all its
     temperatures in one batch that way). Trajectory ``i`` samples from stream ``stream_offset + i``:
     a DDP rank rolling out groups ``a..b`` of a larger batch passes ``a * group_size`` and draws the
-    tokens the whole batch would have drawn for them."""
+    tokens the whole batch would have drawn for them.
+
+    With an ``engine`` (vLLM) every turn is decoded there, each turn of trajectory ``i`` with its own
+    seed derived from stream ``stream_offset + i``; the turns then carry the engine's log-probs."""
     started = time.perf_counter()
     per_seed = [float(temperature)] * len(env_seeds) if isinstance(temperature, (int, float)) else [float(t) for t in temperature]
     if len(per_seed) != len(env_seeds):
@@ -44,22 +45,24 @@ def collect_rollouts(
     tok = policy.tokenizer
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     # live: (trajectory index, env, this turn's context ids, its user message, random stream)
-    trajectories, live, temps = [], [], []  # temps: one per trajectory
+    trajectories, live, temps, stream_seeds = [], [], [], []  # temps, stream seeds: one per trajectory
     for p, seed in enumerate(env_seeds):
         for _ in range(group_size):
             env = make_env()
             obs = env.reset(int(seed))
             context, messages = first_context_ids(tok, env.system_prompt, obs)
             traj = Trajectory(group=p, env_seed=int(seed))
-            generator = trajectory_generator(sample_seed, stream_offset + len(trajectories))
+            stream_seeds.append(trajectory_stream_seed(sample_seed, stream_offset + len(trajectories)))
+            generator = torch.Generator().manual_seed(stream_seeds[-1])
             live.append((len(trajectories), env, context, messages[-1]["content"], generator))
             temps.append(per_seed[p])
             trajectories.append(traj)
     generated_tokens = 0
     was_training = policy.model.training
     policy.model.eval()
-    decoder = policy.decoding_model()
-    reuse = policy.reuse_kv_across_turns
+    decoder = policy.decoding_model() if engine is None else None
+    reuse = policy.reuse_kv_across_turns and engine is None
+    stop_string = policy.stop_text.text if policy.stop_text is not None else None
     # Per live trajectory: the tokens its cache covers (last context + response but its last token)
     # and that cache; the next context starts with those tokens, so only the rest is encoded.
     cached: dict[int, tuple[list[int], RowCache]] = {}
@@ -69,7 +72,14 @@ def collect_rollouts(
             prefixes = [reusable_prefix(cached.get(index), ids) for (index, *_), ids in zip(live, contexts)]
             responses: list[list[int]] = []
             caches: list[RowCache | None] = []
-            for start in range(0, len(live), generation_batch_size):
+            logprobs: list[list[float] | None] = [None] * len(live)
+            if engine is not None:  # vLLM batches and caches prefixes itself
+                turn_seeds = [turn_sample_seed(stream_seeds[index], len(trajectories[index].turns)) for index, *_ in live]
+                responses, logprobs = engine.generate(
+                    contexts, turn_seeds, [temps[index] for index, *_ in live], max_new_tokens, policy.stop_ids, stop_string
+                )
+                caches = [None] * len(live)
+            for start in range(0, len(live) if engine is None else 0, generation_batch_size):
                 chunk = slice(start, start + generation_batch_size)
                 new_tokens, new_caches = generate(
                     decoder,
@@ -87,7 +97,9 @@ def collect_rollouts(
                 caches += new_caches
             cached.clear()
             still_live = []
-            for (index, env, context_ids, user_content, gen), response_ids, cache in zip(live, responses, caches):
+            for (index, env, context_ids, user_content, gen), response_ids, cache, sample_logprobs in zip(
+                live, responses, caches, logprobs
+            ):
                 generated_tokens += len(response_ids)
                 text = policy.response_text(response_ids)
                 parsed = parse_response(text)
@@ -106,6 +118,7 @@ def collect_rollouts(
                         reward=reward,
                         grounding=grounding,
                         observation=user_content,
+                        sample_logprobs=sample_logprobs,
                     )
                 )
                 traj.success = bool(info["success"])

@@ -21,14 +21,18 @@ class Sequences:
     loss_mask: list[list[int]]  # 1 on tokens the policy generated
     traj_index: list[int]  # which trajectory of the batch each sequence belongs to
     is_last: list[bool]  # does this sequence hold the trajectory's final response (reward goes there)
+    # the rollout engine's log-prob of each token (0 off the response), where it gave them (vLLM)
+    sample_logp: list[list[float]] | None = None
 
 
 def build_sequences(batch: RolloutBatch) -> Sequences:
     """One sequence per trajectory (with at least one turn), in batch order."""
-    out = Sequences([], [], [], [])
+    engine = all(t.sample_logprobs is not None for traj in batch.trajectories for t in traj.turns)
+    out = Sequences([], [], [], [], [] if engine else None)
     for index, traj in enumerate(batch.trajectories):
         ids: list[int] = []
         mask: list[int] = []
+        sampled: list[float] = []
         for k, turn in enumerate(traj.turns):
             if turn.context_ids[: len(ids)] != ids:
                 raise ValueError(
@@ -38,19 +42,23 @@ def build_sequences(batch: RolloutBatch) -> Sequences:
             new_context = turn.context_ids[len(ids) :]
             ids = ids + new_context + turn.response_ids
             mask = mask + [0] * len(new_context) + [1] * len(turn.response_ids)
+            if out.sample_logp is not None:
+                sampled = sampled + [0.0] * len(new_context) + list(turn.sample_logprobs or [])
         if ids:
             out.input_ids.append(ids)
             out.loss_mask.append(mask)
+            if out.sample_logp is not None:
+                out.sample_logp.append(sampled)
             out.traj_index.append(index)
             out.is_last.append(True)
     return out
 
 
-def pad_right(rows: list[list[int]], value: int) -> torch.Tensor:
+def pad_right(rows: list[list[int]] | list[list[float]], value: float, dtype: torch.dtype = torch.long) -> torch.Tensor:
     width = max(len(r) for r in rows)
-    out = torch.full((len(rows), width), value, dtype=torch.long)
+    out = torch.full((len(rows), width), value, dtype=dtype)
     for i, r in enumerate(rows):
-        out[i, : len(r)] = torch.as_tensor(r, dtype=torch.long)
+        out[i, : len(r)] = torch.as_tensor(r, dtype=dtype)
     return out
 
 
@@ -68,6 +76,8 @@ def collate(seqs: Sequences, indices: list[int], pad_id: int, device: torch.devi
     start = int(hit[0]) if len(hit) else 0
     # No attention mask: right padding sits after every real token, so causality alone hides it.
     out = {"input_ids": ids, "response_mask": targets[:, start:].float()}
+    if seqs.sample_logp is not None:  # aligned with response_mask, as the trainer's log-probs are
+        out["sample_logp"] = pad_right([seqs.sample_logp[i] for i in indices], 0.0, torch.float32)[:, 1 + start :]
     # logits_from stays on the CPU: every forward reads it back as an int, which on a GPU would sync
     return {**{k: v.to(device) for k, v in out.items()}, "logits_from": torch.tensor(start)}
 

