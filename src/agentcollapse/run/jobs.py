@@ -31,8 +31,9 @@ def config_and_policy(overrides: list[str], report: bool = True) -> tuple[RunCon
     return cfg, policy
 
 
-def training_batch(policy: Any, cfg: RunConfig, iteration: int = 0) -> tuple[Any, dict[str, float]]:
-    """The P x G rollout batch that training iteration ``iteration`` (0-based) of this config collects."""
+def training_batch(policy: Any, cfg: RunConfig, iteration: int = 0, engine: Any = None) -> tuple[Any, dict[str, float]]:
+    """The P x G rollout batch that training iteration ``iteration`` (0-based) of this config collects
+    (decoded by ``engine``, a started vLLM engine, where given)."""
     from agentcollapse import envs, seeds
     from agentcollapse.rollout.runner import collect_rollouts
 
@@ -45,6 +46,7 @@ def training_batch(policy: Any, cfg: RunConfig, iteration: int = 0) -> tuple[Any
         cfg.rollout.max_new_tokens,
         sample_seed=seeds.rollout_sample_seed(cfg.seed, iteration),
         generation_batch_size=cfg.rollout.generation_batch_size,
+        engine=engine,
     )
 
 

@@ -1,0 +1,68 @@
+"""The two rollout engines side by side on a real model: transformers ``generate`` (``rollout.engine=hf``)
+against vLLM in this process (``rollout.engine=vllm``).
+
+    python -m benchmarks.bench_engines [--repeats 3] [key=value overrides ...]
+
+Defaults: SmolLM2-135M (without its warm start, so no cache build: every response runs to its token
+budget, which is what a throughput comparison wants), P=8 x G=8, FrozenLake's multi-turn loop, the
+model's own dtype for ``hf`` (fp32) and ``rollout.vllm.dtype`` for vLLM (bf16). The engines alternate
+(ABBA), each on iteration ``i``'s batch of the same seeds; reported per engine: the rollout phase's
+median time, generated tokens/s, and vLLM's start-up. Saves ``benchmarks/results/engines.json``.
+Not a test: numbers go in issue notes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from agentcollapse.rollout.vllm_engine import VLLMEngine, engine_settings
+from agentcollapse.run.jobs import config_and_policy, training_batch
+from benchmarks.common import alternating, median, save_result
+
+DEFAULTS = ["model=smollm2-135m", "model.warm_start.enabled=false", "rollout.num_prompts=8", "rollout.group_size=8"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--repeats", type=int, default=3, help="rounds; each runs both engines (ABBA order)")
+    ap.add_argument("overrides", nargs="*", help="Hydra overrides after the defaults, e.g. rollout.vllm.dtype=float32")
+    args = ap.parse_args()
+
+    cfg, policy = config_and_policy([*DEFAULTS, *args.overrides])
+    started = time.perf_counter()
+    engine = VLLMEngine(policy.source_dir, engine_settings(cfg.rollout.vllm), seed=cfg.seed)
+    startup = time.perf_counter() - started
+    print(f"vLLM engine ({cfg.rollout.vllm.dtype}) started in {startup:.1f}s")
+    times: dict[str, list[float]] = {"hf": [], "vllm": []}
+    rates: dict[str, list[float]] = {"hf": [], "vllm": []}
+    for i, name in alternating(("hf", "vllm"), args.repeats, swap=True):
+        _, perf = training_batch(policy, cfg, iteration=i, engine=engine if name == "vllm" else None)
+        times[name].append(perf["perf/rollout_time_s"])
+        rates[name].append(perf["perf/rollout_tokens_per_s"])
+        print(f"round {i + 1} {name:4s}: rollout {perf['perf/rollout_time_s']:.1f}s, {perf['perf/rollout_tokens_per_s']:.0f} tokens/s")
+    record = {
+        "model": cfg.model.name,
+        "P": cfg.rollout.num_prompts,
+        "G": cfg.rollout.group_size,
+        "env": cfg.env.name,
+        "max_new_tokens": cfg.rollout.max_new_tokens,
+        "threads": cfg.trainer.num_threads,
+        "hf_dtype": cfg.model.dtype,
+        "vllm_dtype": cfg.rollout.vllm.dtype,
+        "vllm_startup_s": startup,
+        "rounds": args.repeats,
+    }
+    for name in ("hf", "vllm"):
+        record[name] = {"rollout_s": median(times[name]), "tokens_per_s": median(rates[name]), "rollout_s_each": times[name]}
+    record["ratio_vllm_over_hf_time"] = record["vllm"]["rollout_s"] / record["hf"]["rollout_s"]
+    print(
+        f"rollout phase, median of {args.repeats}: hf {record['hf']['rollout_s']:.1f}s ({record['hf']['tokens_per_s']:.0f} tok/s), "
+        f"vllm {record['vllm']['rollout_s']:.1f}s ({record['vllm']['tokens_per_s']:.0f} tok/s); "
+        f"vllm / hf time {record['ratio_vllm_over_hf_time']:.2f}"
+    )
+    save_result("engines", record)
+
+
+if __name__ == "__main__":
+    main()
