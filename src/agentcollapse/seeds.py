@@ -83,7 +83,7 @@ def trajectory_stream_seed(sample_seed: int, index: int) -> int:
 
 def turn_sample_seed(stream_seed: int, turn: int) -> int:
     """The vLLM engine's seed for turn ``turn`` (0-based) of the trajectory whose stream is ``stream_seed``:
-    each request samples from its own generator, so a turn draws the same tokens in any batch."""
+    each request samples from its own generator, whatever else the engine batches with it."""
     return (stream_seed * _STREAM_MULTIPLIER + turn) % (2**63 - 1)
 
 

@@ -95,6 +95,13 @@ CASES = {
     "filter value out of range": (["filter=rv_top_p", "filter.value=2.0"], ["filter=rv_top_p", "(0, 1]"]),
     "zero max_steps": (["trainer.max_steps=0"], ["trainer.max_steps=0 must be an integer >= 1"]),
     "zero warm-start token budget": (["model.warm_start.batch_tokens=0"], ["model.warm_start.batch_tokens=0 must be an integer >= 1"]),
+    "unknown rollout engine": (["rollout.engine=sglang"], ["unknown rollout.engine 'sglang'", "hf", "vllm"]),
+    "vllm engine on several processes": (
+        ["rollout.engine=vllm", "trainer=ddp", "trainer.devices=2"],
+        ["rollout.engine=vllm runs in one training process", "trainer.devices=1"],
+    ),
+    "unknown rollout correction": (["algorithm.rollout_correction=is"], ["unknown algorithm.rollout_correction 'is'", "token_tis"]),
+    "rollout correction cap not above 1": (["algorithm.rollout_correction_cap=1"], ["algorithm.rollout_correction_cap=1.0 must be > 1"]),
     "unknown key": (["trainer.max_stepz=3"], ["unknown config key 'trainer.max_stepz'", "max_steps", "--cfg job"]),
     "unknown key appended with +": (["+trainer.max_stepz=3"], ["unknown config key 'trainer.max_stepz'", "max_steps"]),
     "unknown top-level key": (["max_steps=3"], ["unknown config key 'max_steps'", "trainer"]),

