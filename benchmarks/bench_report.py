@@ -31,6 +31,7 @@ PARTS = {
     "scaling": "make bench-scaling",
     "warm_start": "make bench-warm-start",
     "dtype": "make bench-dtype",
+    "engines": "make bench-engines",
 }
 
 
@@ -207,6 +208,18 @@ def dtype_lines(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+def engines_lines(r: dict[str, Any]) -> list[str]:
+    lines = ["| engine | dtype | rollout (s) | generated tokens/s |", "|---|---|---|---|"]
+    for name in ("hf", "vllm"):
+        lines.append(f"| {name} | {r[name + '_dtype']} | {r[name]['rollout_s']:.1f} | {r[name]['tokens_per_s']:.0f} |")
+    lines += [
+        "",
+        f"{r['model']}, {r['env']}, P={r['P']} x G={r['G']}, {r['max_new_tokens']}-token budget, {r['threads']} threads; "
+        f"vLLM / hf rollout time {r['ratio_vllm_over_hf_time']:.2f} (median of {r['rounds']}), vLLM start-up {r['vllm_startup_s']:.1f} s.",
+    ]
+    return lines
+
+
 RENDER = {
     "iteration": ("Iteration: phases, tokens/s, roofline, peak memory", iteration_lines),
     "proxy": ("MI proxy: cached vs naive cross-scoring", proxy_lines),
@@ -216,6 +229,7 @@ RENDER = {
     "scaling": ("Scaling (`make bench-scaling`)", scaling_lines),
     "warm_start": ("A real model's warm start (`make bench-warm-start`)", warm_start_lines),
     "dtype": ("float32 vs bfloat16 weights (`make bench-dtype`)", dtype_lines),
+    "engines": ("Rollout engines: transformers vs vLLM (`make bench-engines`)", engines_lines),
 }
 
 
