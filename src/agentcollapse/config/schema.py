@@ -317,6 +317,10 @@ class DiagnosticsConfig:
 
     compute_freq: int = opt(5, help="MI proxy at step 1 and every N steps (0: step 1 only)")
     score_batch_size: int = opt(64, help="(context, trace) pairs per cross-scoring forward")
+    proxy_engine: str = opt(
+        "hf",
+        help="who cross-scores for the MI proxy: hf (the trainer's model, cached contexts) | vllm (the rollout engine's prompt log-probs; needs rollout.engine=vllm)",
+    )
     # Each (X, Z) pair is its own column, so cost grows with its square; 32 matches the first-turn
     # sampler's P x G x P pairs at P=8, G=16.
     trajectory_samples: int = opt(32, help="(context, trace) pairs the trajectory sampler draws per proxy step")

@@ -35,6 +35,9 @@ def validate(cfg: RunConfig) -> None:
     _check_diagnostics(cfg.diagnostics)
     _one_of("algorithm.rollout_correction", cfg.algorithm.rollout_correction, ROLLOUT_CORRECTIONS)
     _one_of("rollout.engine", cfg.rollout.engine, ENGINES)
+    _one_of("diagnostics.proxy_engine", cfg.diagnostics.proxy_engine, ENGINES)
+    if cfg.diagnostics.proxy_engine == "vllm" and cfg.rollout.engine != "vllm":
+        raise UserError("diagnostics.proxy_engine=vllm scores with the rollout engine: set rollout.engine=vllm too, or proxy_engine=hf")
     if cfg.rollout.engine == "vllm" and cfg.trainer.devices * cfg.trainer.num_nodes > 1:
         raise UserError(
             "rollout.engine=vllm runs in one training process for now (one engine per rank is not built); "

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentcollapse.diagnostics.cross_score import cross_score
+from agentcollapse.diagnostics.cross_score import ScoreFn, cross_score, sequence_cross_score
 from agentcollapse.diagnostics.ema import ProxyEMAState
 from agentcollapse.diagnostics.proxy import column_equivalence, proxy_metrics
 from agentcollapse.diagnostics.samplers import get_sampler, reasoning_ids, sampler_names, sampler_prefix
@@ -93,8 +93,11 @@ def collapse_metrics(
     trajectory_replace: bool = False,
     options: Mapping[str, SamplerOptions] | None = None,
     skip: Collection[str] = (),
+    score: ScoreFn | None = None,
 ) -> dict[str, float]:
     """Every registered sampler's proxy metrics for one batch, named ``collapse_<name>_sample/<metric>``.
+    The cross-scores come from ``model`` (cached, :func:`cross_score`), or from ``score`` where given
+    (an inference engine, :func:`sequence_cross_score`).
 
     ``emas`` maps ``sampler_prefix(name)`` to that sampler's EMA state (created on first use).
     Sampler draws come from ``rng`` in registration order. ``trajectory_samples``,
@@ -133,7 +136,10 @@ def collapse_metrics(
             out["collapse/first_turn_valid_rate"] = float(n_valid / n_total) if n_total else 0.0
         if not sample.traces or len(sample.contexts) < 2:
             continue  # nothing to retrieve among: the metrics are undefined this step
-        logp = cross_score(model, sample.contexts, sample.traces, batch_size=batch_size, weights=sample.token_weights)
+        if score is None:
+            logp = cross_score(model, sample.contexts, sample.traces, batch_size=batch_size, weights=sample.token_weights)
+        else:
+            logp = sequence_cross_score(score, sample.contexts, sample.traces, weights=sample.token_weights)
         z_len = torch.tensor(sample.lengths(), dtype=torch.float32)
         row_col = torch.tensor(sample.row_col, dtype=torch.long)
         equiv = column_equivalence(sample.contexts)

@@ -18,7 +18,7 @@ token, only the sum leaves some out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -36,7 +36,10 @@ from agentcollapse.models.hf import (
 )
 from agentcollapse.models.logprobs import token_logprobs
 
-__all__ = ["cross_score", "naive_cross_score"]
+__all__ = ["cross_score", "naive_cross_score", "sequence_cross_score"]
+
+ScoreFn = Callable[[list[list[int]]], list[list[float]]]
+"""Log-probs of every token of each sequence after its first (an inference engine's ``score``)."""
 
 # cross_score: a block of contexts holds about this many forwards' worth (x batch_size) of pairs.
 _PAIRS_PER_BLOCK = 8
@@ -248,4 +251,27 @@ def naive_cross_score(
                 tok_lp = token_logprobs(pred, ids[:, n_ctx:])[0].cpu()
                 w = torch.ones(len(tr)) if token_weights is None else torch.tensor(token_weights[r], dtype=torch.float32)
                 result[r, c] = (tok_lp * w).sum()
+    return result
+
+
+def sequence_cross_score(
+    score: ScoreFn,
+    contexts: Sequence[Sequence[int]],
+    traces: Sequence[Sequence[int]],
+    weights: Sequence[Sequence[float]] | None = None,
+) -> torch.Tensor:
+    """:func:`cross_score` through an inference engine: every ``context + trace`` is one sequence that
+    ``score`` (the vLLM engine's ``prompt_logprobs``) returns token log-probs of; a trace's sum is over
+    its own positions. The engine batches the pairs and shares each context's cached prefix itself."""
+    _check_contexts(contexts)
+    token_weights = _check_weights(traces, weights)
+    result = torch.zeros((len(traces), len(contexts)), dtype=torch.float32)
+    pairs = [(r, c) for c in range(len(contexts)) for r in range(len(traces)) if len(traces[r])]
+    if not pairs:
+        return result
+    scored = score([list(contexts[c]) + list(traces[r]) for r, c in pairs])
+    for (r, c), logp in zip(pairs, scored):
+        tok_lp = torch.tensor(logp[len(contexts[c]) - 1 :], dtype=torch.float32)  # entry j is token j + 1
+        w = torch.ones(len(traces[r])) if token_weights is None else torch.tensor(token_weights[r], dtype=torch.float32)
+        result[r, c] = (tok_lp * w).sum()
     return result

@@ -32,8 +32,10 @@ class CollapseDiagnostics(L.Callback):
         first_turn_samples: int | None = None,
         trajectory_replace: bool = False,
         skip_samplers: tuple[str, ...] = (),
+        engine: str = "hf",
     ) -> None:
         self.compute_freq = compute_freq
+        self.engine = engine  # who cross-scores: the trainer's model (hf) or the rollout engine (vllm)
         self.batch_size = batch_size
         self.trajectory_samples = trajectory_samples
         self.first_turn_samples = first_turn_samples
@@ -53,6 +55,7 @@ class CollapseDiagnostics(L.Callback):
             first_turn_samples=d.first_turn_samples or None,
             trajectory_replace=d.trajectory_replace,
             skip_samplers=tuple(d.skip_samplers),
+            engine=d.proxy_engine,
         )
 
     def due(self, step: int) -> bool:
@@ -74,6 +77,7 @@ class CollapseDiagnostics(L.Callback):
                     first_turn_samples=self.first_turn_samples,
                     trajectory_replace=self.trajectory_replace,
                     skip=self.skip_samplers,
+                    score=module.rollout_engine().score if self.engine == "vllm" else None,
                 )
             )
             out["perf/collapse_time_s"] = time.perf_counter() - started
