@@ -7,6 +7,7 @@ import pytest
 from agentcollapse.analysis import (
     SkippedRunsWarning,
     load_runs,
+    plot_curves,
     plot_forest,
     plot_grad_buckets,
     plot_regimes,
@@ -30,6 +31,7 @@ def test_every_plot_is_a_png(sweep, tmp_path):
     table = spearman_table(runset, n_boot=200)
     for path in (
         plot_trajectories(runset, tmp_path / "t.png"),
+        plot_curves(runset, tmp_path / "c.png"),
         plot_regimes(runset, tmp_path / "r.png"),
         plot_grad_buckets(runset, tmp_path / "g.png"),
         plot_forest(table, tmp_path / "f.png"),
@@ -48,7 +50,7 @@ def test_report_writes_tables_plots_and_report_md(sweep):
     out = sweep / "analysis"
     for name in ("spearman.csv", "spearman.md", "quartile.csv", "main.csv", "filter_metric.csv", "slip.csv", "lag.csv", "ablations.md"):
         assert (out / name).is_file(), name
-    for name in ("forest.png", "trajectories.png", "regimes.png", "grad_buckets.png"):
+    for name in ("forest.png", "trajectories.png", "curves.png", "regimes.png", "grad_buckets.png"):
         assert _is_png(out / name), name
         assert f"analysis/{name}" in text
 

@@ -5,7 +5,7 @@ pandas/scipy/matplotlib; ``docs/analysis.md``)."""
 from agentcollapse.analysis.ablations import filter_metric_table, main_table, quartile_table, slip_table
 from agentcollapse.analysis.correlations import spearman_markdown, spearman_table, target_noise
 from agentcollapse.analysis.lag import lag_summary, lag_table, onset, warning_quality
-from agentcollapse.analysis.plots import plot_forest, plot_grad_buckets, plot_regimes, plot_simulator, plot_trajectories
+from agentcollapse.analysis.plots import plot_curves, plot_forest, plot_grad_buckets, plot_regimes, plot_simulator, plot_trajectories
 from agentcollapse.analysis.report import build_tables, write_report, write_tables
 from agentcollapse.analysis.runs import RunSet, SkippedRunsWarning, find_run_dirs, load_runs
 
@@ -20,6 +20,7 @@ __all__ = [
     "load_runs",
     "main_table",
     "onset",
+    "plot_curves",
     "plot_forest",
     "plot_grad_buckets",
     "plot_regimes",

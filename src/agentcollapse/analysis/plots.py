@@ -2,6 +2,7 @@
 
 * :func:`plot_trajectories`: MI proxy, conditional entropy and success against step for chosen runs,
   with each run's decline onsets (``agentcollapse.analysis.lag``) marked;
+* :func:`plot_curves`: any metrics against step, one panel each, every run, coloured by its arm;
 * :func:`plot_regimes`: the four regimes (METHOD.md 2), conditional entropy vs MI, coloured by success;
 * :func:`plot_grad_buckets`: task vs regulariser gradient norm by reward-variance bucket (METHOD.md 4);
 * :func:`plot_forest`: the Spearman table with its intervals and the paper's values;
@@ -26,9 +27,31 @@ from agentcollapse.analysis.lag import lag_table
 from agentcollapse.analysis.paper import HEADLINE_MI, SUCCESS
 from agentcollapse.analysis.runs import RunSet
 
-__all__ = ["choose_runs", "plot_forest", "plot_grad_buckets", "plot_regimes", "plot_simulator", "plot_trajectories"]
+__all__ = [
+    "CURVE_METRICS",
+    "choose_runs",
+    "plot_curves",
+    "plot_forest",
+    "plot_grad_buckets",
+    "plot_regimes",
+    "plot_simulator",
+    "plot_trajectories",
+]
 
 COND_ENTROPY = "collapse_trajectory_sample/conditional_entropy_est"
+# What template collapse moves (METHOD.md 2-3), beside held-out success: the MI proxy family (first turn,
+# trajectory, beyond copying), what entropy monitoring sees, and whether the reasoning stays true
+CURVE_METRICS = (
+    SUCCESS,
+    "val/success_rate_t1",
+    HEADLINE_MI,
+    "collapse_first_turn_sample/mi_zscore_ema",
+    "collapse_trajectory_nocopy_sample/mi_zscore_ema",
+    "collapse_first_turn_sample/retrieval_accuracy",
+    COND_ENTROPY,
+    "actor/entropy",
+    "rollout/state_grounding",
+)
 
 
 def _save(fig: Figure, path: str | Path) -> Path:
@@ -124,6 +147,39 @@ def plot_trajectories(
     if run_ids:
         axs[2].legend(fontsize=7, loc="best")
     axs[0].title.set_fontsize(9)
+    return _save(fig, path)
+
+
+def plot_curves(runset: RunSet, path: str | Path, metrics: Sequence[str] = CURVE_METRICS, arm: str = "filter") -> Path:
+    """One panel per metric against step, every run a line: colour by its ``arm`` (a run-frame column,
+    e.g. the filter), line style by seed, so arms compare seed by seed. Metrics no run logged are left out."""
+    h = runset.history
+    metrics = [m for m in metrics if (h["metric"] == m).any()] if len(h) else []
+    if not metrics:
+        return _placeholder(path, "curves", "none of the metrics was logged")
+    runs = runset.runs
+    arms = sorted(runs[arm].astype(str).unique()) if arm in runs else ["all"]
+    seeds = sorted(runs["seed"].unique()) if "seed" in runs else [None]
+    styles = ["-", "--", ":", "-."]
+    ncols = 3
+    nrows = math.ceil(len(metrics) / ncols)
+    fig = Figure(figsize=(4.2 * ncols, 2.9 * nrows), layout="constrained")
+    axs = np.atleast_1d(fig.subplots(nrows, ncols, sharex=True)).ravel()
+    for ax, metric in zip(axs, metrics):
+        for run_id in runs["run_id"]:
+            run = runs.loc[run_id]
+            colour = f"C{arms.index(str(run[arm])) % 10}" if arm in runs else "C0"
+            style = styles[seeds.index(run["seed"]) % len(styles)] if "seed" in runs else "-"
+            series = h[(h["run_id"] == run_id) & (h["metric"] == metric)].sort_values("step")
+            label = f"{arm}={run[arm]}" + (f" seed {run['seed']}" if "seed" in runs else "") if arm in runs else run_id
+            ax.plot(series["step"], series["value"], ls=style, marker="o", ms=3, color=colour, lw=1.4, label=label)
+        ax.set_title(metric, fontsize=8)
+        ax.grid(alpha=0.3)
+    for ax in axs[len(metrics) :]:
+        ax.axis("off")
+    axs[0].legend(fontsize=6, loc="best")
+    for ax in axs[max(0, len(metrics) - ncols) : len(metrics)]:
+        ax.set_xlabel("RL iteration (step 0: warm start)")
     return _save(fig, path)
 
 

@@ -17,7 +17,7 @@ from agentcollapse.analysis.correlations import spearman_markdown, spearman_tabl
 from agentcollapse.analysis.lag import lag_summary, lag_table
 from agentcollapse.analysis.markdown import fmt, fmt_ci, md_table
 from agentcollapse.analysis.paper import PAPER_SLIP, PAPER_TIME_CUT
-from agentcollapse.analysis.plots import plot_forest, plot_grad_buckets, plot_regimes, plot_trajectories
+from agentcollapse.analysis.plots import plot_curves, plot_forest, plot_grad_buckets, plot_regimes, plot_trajectories
 from agentcollapse.analysis.runs import RunSet, load_runs, value_column
 
 __all__ = ["ablation_markdown", "build_tables", "lag_markdown", "write_plots", "write_report", "write_tables"]
@@ -171,6 +171,7 @@ def write_plots(runset: RunSet, out_dir: str | Path, spearman: pd.DataFrame) -> 
     out = Path(out_dir)
     return {
         "trajectories.png": plot_trajectories(runset, out / "trajectories.png"),
+        "curves.png": plot_curves(runset, out / "curves.png"),
         "regimes.png": plot_regimes(runset, out / "regimes.png"),
         "grad_buckets.png": plot_grad_buckets(runset, out / "grad_buckets.png"),
         "forest.png": plot_forest(spearman, out / "forest.png"),
@@ -204,6 +205,7 @@ def write_report(
     lines.append(f"![Spearman forest plot]({rel}/forest.png)\n")
     lines.append(Path(paths["ablations.md"]).read_text().replace("# Ablations\n", "", 1))
     lines.append(f"![MI, entropy and success per run]({rel}/trajectories.png)\n")
+    lines.append(f"![every run's diagnostics by arm]({rel}/curves.png)\n")
     lines.append("## Plots\n")
     lines.append(f"![four regimes]({rel}/regimes.png)\n\n![gradient norm by RV bucket]({rel}/grad_buckets.png)\n")
     lines.append("## Files\n")
