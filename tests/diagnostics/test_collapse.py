@@ -136,3 +136,26 @@ def test_reward_variance_stats():
     assert out["collapse/rv_std_over_mean"] == pytest.approx(rv.std() / rv.mean())
     one = RolloutBatch(trajectories=_batch(REWARDS).trajectories[:P], num_prompts=P, group_size=1)
     assert reward_variance_stats(one) == {}
+
+
+def test_samplers_share_their_pairs_forwards():
+    # first_turn_nocopy draws first_turn's pairs: it reweights them without a forward of its own, and
+    # its metrics are what it gives scored alone
+    batch = _batch(REWARDS)
+    model = _model()
+    calls = [0]
+    model.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+
+    def run(skip):
+        calls[0] = 0
+        out = collapse_metrics(model, WordTokenizer(), batch, {}, np.random.default_rng(0), 8, skip=skip)
+        return out, calls[0]
+
+    both, n_both = run(("trajectory", "trajectory_nocopy"))
+    plain, n_plain = run(("trajectory", "trajectory_nocopy", "first_turn_nocopy"))
+    alone, _ = run(("trajectory", "trajectory_nocopy", "first_turn"))
+    assert n_both == n_plain > 0
+    prefix = sampler_prefix("first_turn_nocopy")
+    for k in PROXY_KEYS:
+        a, b = both[f"{prefix}/{k}"], alone[f"{prefix}/{k}"]
+        assert (math.isnan(a) and math.isnan(b)) or abs(a - b) < 1e-5, k

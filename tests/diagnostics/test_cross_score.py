@@ -3,6 +3,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentcollapse.diagnostics import cross_score, naive_cross_score
+from agentcollapse.diagnostics.cross_score import sequence_cross_score
 
 VOCAB = 50
 
@@ -134,3 +135,66 @@ def test_weights_must_match_the_traces():
         cross_score(model, [[1, 2]], [[3, 4]], weights=[])
     with pytest.raises(ValueError, match="2 tokens but 1 weights"):
         naive_cross_score(model, [[1, 2]], [[3, 4]], weights=[[1.0]])
+
+
+# -- issue 28: one forward per (context, trace) across the proxy's samplers ----------------------
+def _count_forwards(model) -> list[int]:
+    calls = [0]
+    model.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1))
+    return calls
+
+
+def test_memo_scores_each_pair_once_and_changes_nothing():
+    model = _tiny_llama()
+    contexts, traces = _ragged()
+    traces.append(list(traces[0]))  # a repeated trace runs once per context
+    plain = cross_score(model, contexts, traces, batch_size=3)
+    naive = naive_cross_score(model, contexts, traces)
+    torch.testing.assert_close(plain, naive, atol=1e-4, rtol=0)
+    torch.testing.assert_close(plain[-1], plain[0])
+
+    calls = _count_forwards(model)
+    memo = {}
+    first = cross_score(model, contexts, traces, batch_size=3, memo=memo)
+    n_first = calls[0]
+    torch.testing.assert_close(first, plain, atol=1e-5, rtol=0)
+    # 4 distinct non-empty contexts x 6 distinct non-empty traces, nothing more
+    assert len(memo) == 4 * 6
+    # the nocopy samplers' second pass: other weights over the same pairs, no forward at all
+    g = torch.Generator().manual_seed(3)
+    masks = [(torch.rand(len(t), generator=g) < 0.5).float().tolist() for t in traces]
+    calls[0] = 0
+    weighted = cross_score(model, contexts, traces, batch_size=3, weights=masks, memo=memo)
+    assert calls[0] == 0
+    torch.testing.assert_close(weighted, naive_cross_score(model, contexts, traces, weights=masks), atol=1e-4, rtol=0)
+    # a sampler with some pairs seen and some new runs only the new ones
+    new_ctx = [5, 6, 7, 8]
+    calls[0] = 0
+    mixed = cross_score(model, [contexts[1], new_ctx], traces[:3], batch_size=3, memo=memo)
+    assert 0 < calls[0] < n_first
+    torch.testing.assert_close(mixed, naive_cross_score(model, [contexts[1], new_ctx], traces[:3]), atol=1e-4, rtol=0)
+
+
+def test_sequence_cross_score_sends_each_pair_once():
+    # the engine path with a score function of the same model (token log-probs after the first token)
+    model = _tiny_llama()
+    sent: list[int] = []
+
+    def score(seqs):
+        sent.append(len(seqs))
+        out = []
+        with torch.no_grad():
+            for seq in seqs:
+                logp = torch.log_softmax(model(torch.tensor([seq])).logits[0, :-1], -1)
+                out.append(logp[torch.arange(len(seq) - 1), torch.tensor(seq[1:])].tolist())
+        return out
+
+    contexts, traces = _ragged()
+    memo = {}
+    plain = sequence_cross_score(score, contexts, traces, memo=memo)
+    torch.testing.assert_close(plain, naive_cross_score(model, contexts, traces), atol=1e-4, rtol=0)
+    assert sent == [4 * 6]  # the duplicate context and the empty trace send nothing
+    masks = [[float(t % 2) for t in range(len(tr))] for tr in traces]
+    weighted = sequence_cross_score(score, contexts, traces, weights=masks, memo=memo)
+    assert sent == [4 * 6]
+    torch.testing.assert_close(weighted, naive_cross_score(model, contexts, traces, weights=masks), atol=1e-4, rtol=0)

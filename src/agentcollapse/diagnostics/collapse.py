@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentcollapse.diagnostics.cross_score import ScoreFn, cross_score, sequence_cross_score
+from agentcollapse.diagnostics.cross_score import PairMemo, ScoreFn, cross_score, sequence_cross_score
 from agentcollapse.diagnostics.ema import ProxyEMAState
 from agentcollapse.diagnostics.proxy import column_equivalence, proxy_metrics
 from agentcollapse.diagnostics.samplers import get_sampler, reasoning_ids, sampler_names, sampler_prefix
@@ -105,7 +105,8 @@ def collapse_metrics(
     variants draw as their plain ones do); ``options`` (keyed by sampler name) overrides them or
     configures other samplers. ``skip``: registered samplers not to run.
     A sample's ``token_weights`` weight the cross-score sums and set its per-token lengths
-    (:meth:`ProxySample.lengths`).
+    (:meth:`ProxySample.lengths`). A (context, trace) pair that several samplers draw runs one forward
+    (``cross_score``'s memo).
     """
     first_turn, trajectory = SamplerOptions(first_turn_samples), SamplerOptions(trajectory_samples, trajectory_replace)
     opts: dict[str, SamplerOptions] = {
@@ -116,6 +117,7 @@ def collapse_metrics(
         **dict(options or {}),
     }
     out: dict[str, float] = {}
+    memo: PairMemo = {}  # every sampler's pairs, scored once: the nocopy samplers reweight the plain ones'
     encode_think = lambda text: encode(tokenizer, text)  # noqa: E731
     valid, total = valid_thinking_counts(batch, encode_think)
     out["collapse/valid_thinking_rate"] = valid / total if total else 0.0
@@ -137,9 +139,9 @@ def collapse_metrics(
         if not sample.traces or len(sample.contexts) < 2:
             continue  # nothing to retrieve among: the metrics are undefined this step
         if score is None:
-            logp = cross_score(model, sample.contexts, sample.traces, batch_size=batch_size, weights=sample.token_weights)
+            logp = cross_score(model, sample.contexts, sample.traces, batch_size=batch_size, weights=sample.token_weights, memo=memo)
         else:
-            logp = sequence_cross_score(score, sample.contexts, sample.traces, weights=sample.token_weights)
+            logp = sequence_cross_score(score, sample.contexts, sample.traces, weights=sample.token_weights, memo=memo)
         z_len = torch.tensor(sample.lengths(), dtype=torch.float32)
         row_col = torch.tensor(sample.row_col, dtype=torch.long)
         equiv = column_equivalence(sample.contexts)

@@ -36,9 +36,11 @@ from agentcollapse.models.hf import (
 )
 from agentcollapse.models.logprobs import token_logprobs
 
-__all__ = ["cross_score", "naive_cross_score", "sequence_cross_score"]
+__all__ = ["PairMemo", "cross_score", "naive_cross_score", "sequence_cross_score"]
 
 ScoreFn = Callable[[list[list[int]]], list[list[float]]]
+PairMemo = dict[tuple[tuple[int, ...], tuple[int, ...]], torch.Tensor]
+"""(context ids, trace ids) -> the trace's per-token log-probs under the context (float32 CPU)."""
 """Log-probs of every token of each sequence after its first (an inference engine's ``score``)."""
 
 # cross_score: a block of contexts holds about this many forwards' worth (x batch_size) of pairs.
@@ -120,6 +122,7 @@ def cross_score(
     traces: Sequence[Sequence[int]],
     batch_size: int = 64,
     weights: Sequence[Sequence[float]] | None = None,
+    memo: PairMemo | None = None,
 ) -> torch.Tensor:
     """Teacher-forced ``log p(traces[r] | contexts[c])`` summed over trace tokens, as ``[R, C]`` float32 CPU.
 
@@ -134,6 +137,11 @@ def cross_score(
     padded slots and padded trace tokens are masked out, and position ids continue from each row's own
     context length. Results do not depend on ``batch_size`` beyond float rounding. ``weights[r][t]``
     multiplies the log-prob of token t of trace r in the sum (default 1 everywhere).
+
+    ``memo`` (one dict per model state) keeps each scored (context, trace) pair's per-token log-probs:
+    pairs already in it run no forward, and identical traces run once. The MI proxy passes one memo to
+    every sampler of a step, so the nocopy samplers (other weights over the same pairs) and the
+    trajectory sampler's first turns (the first-turn sampler's pairs) cost no second forward.
 
     ``model`` is a Hugging Face causal LM or a peft ``PeftModel``; it is put in eval mode under
     ``torch.no_grad`` for the call and its training flags are restored afterwards.
@@ -161,15 +169,27 @@ def cross_score(
     uniq_scores = torch.zeros((n_rows, len(uniq)), dtype=torch.float32)
     rows = [r for r in range(n_rows) if len(traces[r]) > 0]  # empty traces score 0
     trace_ids = [[int(t) for t in traces[r]] for r in range(n_rows)]
-    ctx_order = sorted(range(len(uniq)), key=lambda u: (len(uniq[u]), u))
+    memo = {} if memo is None else memo
+    ctx_keys = [tuple(ctx) for ctx in uniq]
+    trace_keys = [tuple(tr) for tr in trace_ids]
+    # the pairs to run: not in the memo, and each distinct trace once per context
+    todo: dict[int, list[int]] = {}
+    for u, ck in enumerate(ctx_keys):
+        seen: set[tuple[int, ...]] = set()
+        for r in rows:
+            if (ck, trace_keys[r]) not in memo and trace_keys[r] not in seen:
+                seen.add(trace_keys[r])
+                todo.setdefault(u, []).append(r)
+    ctx_order = sorted(todo, key=lambda u: (len(uniq[u]), u))
+    n_todo = sum(len(v) for v in todo.values())
 
     # Contexts per block: enough pairs for ~_PAIRS_PER_BLOCK forwards (so sorting by trace length leaves
     # little padding), few enough that the block's contexts have near-equal lengths (contexts are
     # sorted by length) and that its caches stay within batch_size contexts.
-    block_size = min(batch_size, max(1, -(-_PAIRS_PER_BLOCK * batch_size // max(1, len(rows)))))
+    block_size = min(batch_size, max(1, -(-_PAIRS_PER_BLOCK * batch_size * len(todo) // max(1, n_todo))))
 
     with eval_no_grad(model):
-        for b0 in range(0, len(ctx_order) if rows else 0, block_size):
+        for b0 in range(0, len(ctx_order), block_size):
             block = ctx_order[b0 : b0 + block_size]
             prefixes = [_prefix_cache(model, uniq[u], device, keep_last) for u in block]
             # right-padded: each row's trace continues from its own context length (its position ids)
@@ -177,7 +197,7 @@ def cross_score(
             del prefixes  # stacked holds copies
             # (trace length, context length) order: near-equal lengths within each forward
             pairs = sorted(
-                ((len(trace_ids[r]), len(uniq[u]), i, r) for i, u in enumerate(block) for r in rows),
+                ((len(trace_ids[r]), len(uniq[u]), i, r) for i, u in enumerate(block) for r in todo[u]),
             )
             for s in range(0, len(pairs), batch_size):
                 chunk = sorted(pairs[s : s + batch_size], key=lambda p: (p[2], p[0], p[3]))  # by context
@@ -187,7 +207,6 @@ def cross_score(
                 inp = torch.zeros((b, t_max), dtype=torch.long)
                 tgt = torch.zeros((b, t_max), dtype=torch.long)
                 tmask = torch.zeros((b, t_max), dtype=torch.long)
-                tweight = torch.zeros((b, t_max), dtype=torch.float32)
                 cmask = torch.zeros((b, n_ctx_max), dtype=torch.long)
                 pos = torch.zeros((b, t_max), dtype=torch.long)
                 for j, (n_z, n_x, i, r) in enumerate(chunk):
@@ -195,7 +214,6 @@ def cross_score(
                     inp[j, :n_z] = torch.tensor([ctx[-1], *tr[:-1]], dtype=torch.long)
                     tgt[j, :n_z] = torch.tensor(tr, dtype=torch.long)
                     tmask[j, :n_z] = 1
-                    tweight[j, :n_z] = 1.0 if token_weights is None else torch.tensor(token_weights[r], dtype=torch.float32)
                     cmask[j, : n_x - 1] = 1
                     pos[j] = torch.arange(n_x - 1, n_x - 1 + t_max)
                 inp, tgt, tmask, pos = inp.to(device), tgt.to(device), tmask.to(device), pos.to(device)
@@ -208,13 +226,17 @@ def cross_score(
                     attn = torch.cat([cmask.to(device), tmask], dim=1)
                     del layers
                 logits = model(input_ids=inp, attention_mask=attn, position_ids=pos, use_cache=True, **kwargs).logits
-                tok_lp = token_logprobs(logits, tgt) * tweight.to(device)  # 0 on padding
+                tok_lp = token_logprobs(logits, tgt).float().cpu()
                 del logits, kwargs
-                scores = tok_lp.sum(dim=1).cpu()
-                for j, (_, _, i, r) in enumerate(chunk):
-                    uniq_scores[r, block[i]] = scores[j]
+                for j, (n_z, _, i, r) in enumerate(chunk):
+                    memo[(ctx_keys[block[i]], trace_keys[r])] = tok_lp[j, :n_z].clone()
             del stacked
 
+    for r in rows:
+        w = None if token_weights is None else torch.tensor(token_weights[r], dtype=torch.float32)
+        for u, ck in enumerate(ctx_keys):
+            tok = memo[(ck, trace_keys[r])]
+            uniq_scores[r, u] = tok.sum() if w is None else (tok * w).sum()
     result[:] = uniq_scores[:, col_to_uniq]
     return result
 
@@ -259,19 +281,24 @@ def sequence_cross_score(
     contexts: Sequence[Sequence[int]],
     traces: Sequence[Sequence[int]],
     weights: Sequence[Sequence[float]] | None = None,
+    memo: PairMemo | None = None,
 ) -> torch.Tensor:
     """:func:`cross_score` through an inference engine: every ``context + trace`` is one sequence that
     ``score`` (the vLLM engine's ``prompt_logprobs``) returns token log-probs of; a trace's sum is over
-    its own positions. The engine batches the pairs and shares each context's cached prefix itself."""
+    its own positions. The engine batches the pairs and shares each context's cached prefix itself.
+    ``memo`` as for :func:`cross_score`: a pair in it is not sent again."""
     _check_contexts(contexts)
     token_weights = _check_weights(traces, weights)
     result = torch.zeros((len(traces), len(contexts)), dtype=torch.float32)
+    memo = {} if memo is None else memo
     pairs = [(r, c) for c in range(len(contexts)) for r in range(len(traces)) if len(traces[r])]
-    if not pairs:
-        return result
-    scored = score([list(contexts[c]) + list(traces[r]) for r, c in pairs])
-    for (r, c), logp in zip(pairs, scored):
-        tok_lp = torch.tensor(logp[len(contexts[c]) - 1 :], dtype=torch.float32)  # entry j is token j + 1
-        w = torch.ones(len(traces[r])) if token_weights is None else torch.tensor(token_weights[r], dtype=torch.float32)
-        result[r, c] = (tok_lp * w).sum()
+    keys = {(r, c): (tuple(int(x) for x in contexts[c]), tuple(int(x) for x in traces[r])) for r, c in pairs}
+    todo = list({keys[p]: p for p in pairs if keys[p] not in memo}.values())  # each new pair once
+    if todo:
+        scored = score([list(contexts[c]) + list(traces[r]) for r, c in todo])
+        for (r, c), logp in zip(todo, scored):
+            memo[keys[(r, c)]] = torch.tensor(logp[len(contexts[c]) - 1 :], dtype=torch.float32)  # entry j: token j + 1
+    for r, c in pairs:
+        tok_lp = memo[keys[(r, c)]]
+        result[r, c] = tok_lp.sum() if token_weights is None else (tok_lp * torch.tensor(token_weights[r], dtype=torch.float32)).sum()
     return result
