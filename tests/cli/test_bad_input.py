@@ -101,6 +101,7 @@ CASES = {
         ["rollout.engine=vllm runs in one training process", "trainer.devices=1"],
     ),
     "MI proxy through an engine that is off": (["diagnostics.proxy_engine=vllm"], ["diagnostics.proxy_engine=vllm", "rollout.engine=vllm"]),
+    "unknown MI proxy dtype": (["diagnostics.proxy_dtype=fp8"], ["unknown diagnostics.proxy_dtype 'fp8'", "bfloat16"]),
     "unknown rollout correction": (["algorithm.rollout_correction=is"], ["unknown algorithm.rollout_correction 'is'", "token_tis"]),
     "rollout correction cap not above 1": (["algorithm.rollout_correction_cap=1"], ["algorithm.rollout_correction_cap=1.0 must be > 1"]),
     "unknown key": (["trainer.max_stepz=3"], ["unknown config key 'trainer.max_stepz'", "max_steps", "--cfg job"]),

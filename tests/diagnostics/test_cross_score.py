@@ -198,3 +198,16 @@ def test_sequence_cross_score_sends_each_pair_once():
     weighted = sequence_cross_score(score, contexts, traces, weights=masks, memo=memo)
     assert sent == [4 * 6]
     torch.testing.assert_close(weighted, naive_cross_score(model, contexts, traces, weights=masks), atol=1e-4, rtol=0)
+
+
+def test_bf16_autocast_is_close_and_float32_out():
+    # diagnostics.proxy_dtype=bfloat16: the forwards in bf16, the scores still float32 sums near fp32's
+    model = _tiny_llama()
+    contexts, traces = _ragged()
+    full = cross_score(model, contexts, traces, batch_size=3)
+    half = cross_score(model, contexts, traces, batch_size=3, autocast=torch.bfloat16)
+    assert half.dtype == torch.float32
+    assert next(model.parameters()).dtype == torch.float32  # the weights are untouched
+    lengths = torch.tensor([max(1, len(t)) for t in traces], dtype=torch.float32)[:, None]
+    assert float(((half - full).abs() / lengths).max()) < 0.05  # nats per token
+    assert not torch.equal(half, full)  # it did run in bf16

@@ -46,7 +46,7 @@ CURVE_METRICS = (
     "val/success_rate_t1",
     HEADLINE_MI,
     "collapse_first_turn_sample/mi_zscore_ema",
-    "collapse_trajectory_nocopy_sample/mi_zscore_ema",
+    "collapse_first_turn_nocopy_sample/mi_zscore_ema",  # trajectory_nocopy is opt-in (diagnostics.skip_samplers)
     "collapse_first_turn_sample/retrieval_accuracy",
     COND_ENTROPY,
     "actor/entropy",

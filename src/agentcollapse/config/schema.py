@@ -311,6 +311,9 @@ class FilterConfig:
         _at_least("filter.trajectory_k", self.trajectory_k, 0)
 
 
+PROXY_DTYPES = ("float32", "bfloat16")
+
+
 @dataclass
 class DiagnosticsConfig:
     """Settings of the watching callbacks (``collapse_diagnostics``, ``grad_buckets``)."""
@@ -321,14 +324,17 @@ class DiagnosticsConfig:
         "hf",
         help="who cross-scores for the MI proxy: hf (the trainer's model, cached contexts) | vllm (the rollout engine's prompt log-probs; needs rollout.engine=vllm)",
     )
+    proxy_dtype: str = opt(
+        "float32",
+        help="what the hf cross-scoring computes in: float32 | bfloat16 (autocast: ~0.5x the forward's time at SmolLM2's size on this AMX CPU; docs/performance.md gives what it costs in accuracy)",
+    )
     # Each (X, Z) pair is its own column, so cost grows with its square; 32 matches the first-turn
     # sampler's P x G x P pairs at P=8, G=16.
     trajectory_samples: int = opt(32, help="(context, trace) pairs the trajectory sampler draws per proxy step")
     first_turn_samples: int = opt(64, help="first-turn traces scored per proxy step (the authors: 64; 0 = all)")
     trajectory_replace: bool = opt(False, help="the trajectory sampler draws with replacement (the authors' sampler)")
-    # Each nocopy sampler is one more cross-scoring per proxy step. Measured on the tiny policy, P=8 x
-    # G=16, one thread: first_turn_nocopy ~+1.1 s on a ~2.1 s proxy (~2% of a 5-iteration interval),
-    # worth it; trajectory_nocopy ~+2.4 s more, so it is opt-in.
+    # first_turn_nocopy reweights first_turn's pairs (no forward of its own); trajectory_nocopy draws its
+    # own turns, ~+2.4 s on a ~2.1 s proxy (tiny policy, P=8 x G=16, one thread), so it is opt-in.
     skip_samplers: list[str] = opt(
         factory=lambda: ["trajectory_nocopy"],
         help="registered MI-proxy samplers not to run (first_turn, trajectory, first_turn_nocopy, trajectory_nocopy; [] runs all)",
@@ -345,6 +351,7 @@ class DiagnosticsConfig:
 
     def validate(self) -> None:
         _at_least("diagnostics.first_turn_samples", self.first_turn_samples, 0)
+        _one_of("diagnostics.proxy_dtype", self.proxy_dtype, PROXY_DTYPES)
         _at_least("diagnostics.compute_freq", self.compute_freq, 0)
         _at_least("diagnostics.early_stop_patience", self.early_stop_patience, 1)
         _at_least("diagnostics.early_stop_min_step", self.early_stop_min_step, 0)

@@ -94,6 +94,7 @@ def collapse_metrics(
     options: Mapping[str, SamplerOptions] | None = None,
     skip: Collection[str] = (),
     score: ScoreFn | None = None,
+    autocast: torch.dtype | None = None,
 ) -> dict[str, float]:
     """Every registered sampler's proxy metrics for one batch, named ``collapse_<name>_sample/<metric>``.
     The cross-scores come from ``model`` (cached, :func:`cross_score`), or from ``score`` where given
@@ -106,7 +107,7 @@ def collapse_metrics(
     configures other samplers. ``skip``: registered samplers not to run.
     A sample's ``token_weights`` weight the cross-score sums and set its per-token lengths
     (:meth:`ProxySample.lengths`). A (context, trace) pair that several samplers draw runs one forward
-    (``cross_score``'s memo).
+    (``cross_score``'s memo). ``autocast``: the dtype the model's cross-scoring forwards run in (None: as loaded).
     """
     first_turn, trajectory = SamplerOptions(first_turn_samples), SamplerOptions(trajectory_samples, trajectory_replace)
     opts: dict[str, SamplerOptions] = {
@@ -139,7 +140,9 @@ def collapse_metrics(
         if not sample.traces or len(sample.contexts) < 2:
             continue  # nothing to retrieve among: the metrics are undefined this step
         if score is None:
-            logp = cross_score(model, sample.contexts, sample.traces, batch_size=batch_size, weights=sample.token_weights, memo=memo)
+            logp = cross_score(
+                model, sample.contexts, sample.traces, batch_size=batch_size, weights=sample.token_weights, memo=memo, autocast=autocast
+            )
         else:
             logp = sequence_cross_score(score, sample.contexts, sample.traces, weights=sample.token_weights, memo=memo)
         z_len = torch.tensor(sample.lengths(), dtype=torch.float32)

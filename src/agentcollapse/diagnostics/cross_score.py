@@ -123,6 +123,7 @@ def cross_score(
     batch_size: int = 64,
     weights: Sequence[Sequence[float]] | None = None,
     memo: PairMemo | None = None,
+    autocast: torch.dtype | None = None,
 ) -> torch.Tensor:
     """Teacher-forced ``log p(traces[r] | contexts[c])`` summed over trace tokens, as ``[R, C]`` float32 CPU.
 
@@ -142,6 +143,8 @@ def cross_score(
     pairs already in it run no forward, and identical traces run once. The MI proxy passes one memo to
     every sampler of a step, so the nocopy samplers (other weights over the same pairs) and the
     trajectory sampler's first turns (the first-turn sampler's pairs) cost no second forward.
+    ``autocast`` (e.g. ``torch.bfloat16``): the forwards run under ``torch.autocast`` in that dtype; the
+    log-normaliser is still taken in float32 over the (rounded) logits.
 
     ``model`` is a Hugging Face causal LM or a peft ``PeftModel``; it is put in eval mode under
     ``torch.no_grad`` for the call and its training flags are restored afterwards.
@@ -188,7 +191,7 @@ def cross_score(
     # sorted by length) and that its caches stay within batch_size contexts.
     block_size = min(batch_size, max(1, -(-_PAIRS_PER_BLOCK * batch_size * len(todo) // max(1, n_todo))))
 
-    with eval_no_grad(model):
+    with eval_no_grad(model), torch.autocast(device.type, dtype=autocast or torch.float32, enabled=autocast is not None):
         for b0 in range(0, len(ctx_order), block_size):
             block = ctx_order[b0 : b0 + block_size]
             prefixes = [_prefix_cache(model, uniq[u], device, keep_last) for u in block]

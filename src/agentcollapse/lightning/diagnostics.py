@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 import numpy as np
+import torch
 
 import lightning as L
 from agentcollapse.config import RunConfig
@@ -33,9 +34,11 @@ class CollapseDiagnostics(L.Callback):
         trajectory_replace: bool = False,
         skip_samplers: tuple[str, ...] = (),
         engine: str = "hf",
+        proxy_dtype: str = "float32",
     ) -> None:
         self.compute_freq = compute_freq
         self.engine = engine  # who cross-scores: the trainer's model (hf) or the rollout engine (vllm)
+        self.autocast = None if proxy_dtype == "float32" else getattr(torch, proxy_dtype)
         self.batch_size = batch_size
         self.trajectory_samples = trajectory_samples
         self.first_turn_samples = first_turn_samples
@@ -56,6 +59,7 @@ class CollapseDiagnostics(L.Callback):
             trajectory_replace=d.trajectory_replace,
             skip_samplers=tuple(d.skip_samplers),
             engine=d.proxy_engine,
+            proxy_dtype=d.proxy_dtype,
         )
 
     def due(self, step: int) -> bool:
@@ -78,6 +82,7 @@ class CollapseDiagnostics(L.Callback):
                     trajectory_replace=self.trajectory_replace,
                     skip=self.skip_samplers,
                     score=module.rollout_engine().score if self.engine == "vllm" else None,
+                    autocast=self.autocast,
                 )
             )
             out["perf/collapse_time_s"] = time.perf_counter() - started
