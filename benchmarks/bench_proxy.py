@@ -6,7 +6,11 @@ speedup over the naive one.
 On one P x G rollout batch of the configured policy (default: the tiny model, P=8, G=16) it times, each
 ``--repeats`` times interleaved, and reports medians of:
 
-* proxy: both samplers through ``agentcollapse.diagnostics.collapse_metrics``;
+* proxy: every sampler the config runs (``diagnostics.skip_samplers`` left out) through
+  ``agentcollapse.diagnostics.collapse_metrics``, which scores each (context, trace) pair once for all
+  of them; beside it, each sampler scored alone (the cost before the samplers shared their pairs) and
+  the proxy with its forwards in bf16 (``diagnostics.proxy_dtype=bfloat16``), with the largest change
+  that makes to each sampler's MI z-score, MI estimate and retrieval accuracy;
 * iteration: ``collect_rollouts`` (same seeds and sample seed every repeat) + ``AgentRLModule.update``
   on the whole batch (all groups, the module attached to a real Trainer); the proxy's share of it and
   the implied overhead at ``diagnostics.compute_freq`` (proxy / (compute_freq * iteration));
@@ -67,6 +71,7 @@ def main() -> None:
         cross_score,
         first_turn_sample,
         naive_cross_score,
+        sampler_names,
         sampler_prefixes,
     )
     from agentcollapse.lightning import Selection
@@ -108,7 +113,10 @@ def main() -> None:
             "WARNING: too few valid reasoning traces to score; the proxy is skipped (try --fill-empty-thinks for a barely trained policy)"
         )
 
-    times: dict[str, list[float]] = {k: [] for k in ("proxy", "rollout", "update", "cached", "naive")}
+    times: dict[str, list[float]] = {k: [] for k in ("proxy", "separate", "bf16", "rollout", "update", "cached", "naive")}
+    skip = tuple(cfg.diagnostics.skip_samplers)
+    active = [n for n in sampler_names() if n not in skip]
+    bf16_diff: dict[str, float] = {}
     max_diff = []
     proxy_out: dict[str, float] = {}
     all_groups = np.arange(P)
@@ -117,8 +125,25 @@ def main() -> None:
         # proxy: a fresh EMA/RNG state every repeat, so every repeat scores the same samples
         emas = {name: ProxyEMAState(decay=0.9) for name in sampler_prefixes()}
         rng = np.random.default_rng(cfg.seed)
-        dt, proxy_out = timed(collapse_metrics, model, tok, batch, emas, rng, batch_size=score_bs, trajectory_samples=traj_samples)
+        kw = {"batch_size": score_bs, "trajectory_samples": traj_samples}
+        dt, proxy_out = timed(collapse_metrics, model, tok, batch, emas, rng, skip=skip, **kw)
         times["proxy"].append(dt)
+        # each sampler alone, from the same rng state: only the trajectory sampler draws from it
+        separate = 0.0
+        for name in active:
+            fresh = {k: ProxyEMAState(decay=0.9) for k in sampler_prefixes()}
+            others = tuple(n for n in sampler_names() if n != name)
+            dt, _ = timed(collapse_metrics, model, tok, batch, fresh, np.random.default_rng(cfg.seed), skip=others, **kw)
+            separate += dt
+        times["separate"].append(separate)
+        fresh = {k: ProxyEMAState(decay=0.9) for k in sampler_prefixes()}
+        dt, bf16_out = timed(
+            collapse_metrics, model, tok, batch, fresh, np.random.default_rng(cfg.seed), skip=skip, autocast=torch.bfloat16, **kw
+        )
+        times["bf16"].append(dt)
+        for key, value in proxy_out.items():
+            if key.split("/")[-1] in ("mi_zscore", "mi_estimate", "retrieval_accuracy") and np.isfinite(value):
+                bf16_diff[key] = max(bf16_diff.get(key, 0.0), abs(bf16_out[key] - value))
         if can_score:
             dt, cached = timed(cross_score, model, sample.contexts, sample.traces, batch_size=score_bs)
             times["cached"].append(dt)
@@ -136,7 +161,12 @@ def main() -> None:
     iteration = med["rollout"] + med["update"]
     freq = cfg.diagnostics.compute_freq
     print(f"\nmedians over {args.repeats} repeats (threads={torch.get_num_threads()}, score batch size {score_bs}):")
-    print(f"  proxy (both samplers)      {med['proxy']:.3f}s")
+    print(f"  proxy ({', '.join(active)})")
+    print(f"    pairs shared             {med['proxy']:.3f}s")
+    print(f"    each sampler alone       {med['separate']:.3f}s  (shared / alone = {med['proxy'] / med['separate']:.2f})")
+    print(f"    bf16 forwards            {med['bf16']:.3f}s  (bf16 / fp32 = {med['bf16'] / med['proxy']:.2f})")
+    for key, diff in sorted(bf16_diff.items()):
+        print(f"      |bf16 - fp32| {key:55s} {diff:.4f}  (fp32 {proxy_out[key]:.4f})")
     print(f"  iteration                  {iteration:.3f}s  (rollout {med['rollout']:.3f}s + update {med['update']:.3f}s)")
     print(f"  proxy / iteration          {med['proxy'] / iteration:.3f}")
     print(f"  cost at compute_freq={freq}     {med['proxy'] / (freq * iteration):.3f}  (proxy / ({freq} * iteration))")
@@ -157,6 +187,12 @@ def main() -> None:
         "repeats": args.repeats,
         "overrides": args.overrides,
         "proxy_s": med["proxy"],
+        "samplers_run": active,
+        "proxy_separate_s": med["separate"],
+        "shared_over_separate": med["proxy"] / med["separate"],
+        "proxy_bf16_s": med["bf16"],
+        "bf16_over_fp32": med["bf16"] / med["proxy"],
+        "bf16_max_abs_diff": bf16_diff,
         "iteration_s": iteration,
         "proxy_over_iteration": med["proxy"] / iteration,
         "compute_freq": freq,

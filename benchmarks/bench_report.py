@@ -102,11 +102,21 @@ def iteration_lines(r: dict[str, Any]) -> list[str]:
 
 
 def proxy_lines(r: dict[str, Any]) -> list[str]:
+    samplers = ", ".join(r.get("samplers_run", ["first_turn", "trajectory"]))
     lines = [
-        f"MI proxy on one P={r['P']} x G={r['G']} batch ({r['repeats']} repeats, medians): both samplers "
+        f"MI proxy on one P={r['P']} x G={r['G']} batch ({r['repeats']} repeats, medians): {samplers} "
         f"{r['proxy_s']:.2f} s, {r['proxy_over_iteration']:.1%} of an iteration, "
         f"{r['cost_at_compute_freq']:.1%} at `compute_freq={r['compute_freq']}`.",
     ]
+    if "proxy_separate_s" in r:
+        worst = max(r["bf16_max_abs_diff"].items(), key=lambda kv: kv[1], default=("-", float("nan")))
+        lines += [
+            "",
+            f"- pairs shared between samplers: {r['proxy_s']:.2f} s against {r['proxy_separate_s']:.2f} s scored "
+            f"sampler by sampler (**{r['shared_over_separate']:.2f}x**)",
+            f"- forwards in bf16 (`diagnostics.proxy_dtype=bfloat16`): {r['proxy_bf16_s']:.2f} s (**{r['bf16_over_fp32']:.2f}x** "
+            f"fp32), largest change to a z-score / MI estimate / retrieval: {worst[1]:.4f} (`{worst[0]}`)",
+        ]
     if r.get("naive_s") is not None:
         lines += [
             "",
