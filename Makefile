@@ -94,12 +94,15 @@ bench-iteration: $(STAMP) ## one RL iteration vs the code before the performance
 bench-scaling: $(STAMP) ## iteration time and peak memory as P, G, the turn cap and the response budget double (~10 min)
 	$(BIN)/python -m benchmarks.bench_scaling $(ARGS)
 
-bench-trl: ## our RL iteration vs TRL's GRPOTrainer, alternating (benchmark-only .venv-trl: trl==1.16.0 on requirements.lock's versions)
+bench-trl: ## our RL iteration vs TRL's GRPOTrainer, alternating, tiny heads and SmolLM2 (benchmark-only .venv-trl: trl==1.16.0 on requirements.lock's versions, plus vLLM for our side)
 	@if [ ! -f .venv-trl/.installed ] || [ requirements.lock -nt .venv-trl/.installed ] || [ pyproject.toml -nt .venv-trl/.installed ]; then \
 		echo "setting up .venv-trl: trl==1.16.0 with the torch/transformers/peft/accelerate of requirements.lock (first time: a few minutes)"; \
 		{ test -x .venv-trl/bin/python || $(PY) -m venv .venv-trl; } && \
 		.venv-trl/bin/pip install -q torch==2.13.0 && \
 		.venv-trl/bin/pip install -q -r requirements.lock -c requirements.lock trl==1.16.0 && \
+		.venv-trl/bin/pip install -q --no-deps -r requirements-nodeps.lock && \
+		$(if $(filter vllm==%,$(VLLM)),.venv-trl/bin/pip install -q --no-deps -r requirements-cuda.lock &&) \
+		.venv-trl/bin/pip install -q --no-deps $(VLLM) && \
 		.venv-trl/bin/pip install -q --no-deps -e . && \
 		touch .venv-trl/.installed; \
 	fi

@@ -162,16 +162,16 @@ def rollout_lines(r: dict[str, Any]) -> list[str]:
 def trl_lines(r: dict[str, Any]) -> list[str]:
     s = r["settings"]
     lines = [
-        f"Ours vs TRL's `GRPOTrainer` (P={s['P']} x G={s['G']}, {s['max_new_tokens']} new tokens, {s['threads']} threads, "
-        f"MI proxy every step on ours, {s['pairs_run']} alternating pair(s)):",
+        f"Ours vs TRL's `GRPOTrainer` ({s['threads']} threads, MI proxy every step on ours, {s['pairs_run']} alternating pair(s)):",
         "",
-        "| vocabulary | ours (s) | TRL (s) | ours / TRL | goal <= 0.8 |",
-        "|---|---|---|---|---|",
+        "| model (vocabulary) | P x G, new tokens | ours (s) | TRL (s) | ours / TRL | goal <= 0.8 |",
+        "|---|---|---|---|---|---|",
     ]
     for name, v in r["summary"].items():
+        size = f"{v.get('P', s['P'])} x {v.get('G', s['G'])}, {v.get('max_new_tokens', s['max_new_tokens'])}"  # older results: one size
         lines.append(
-            f"| {v['vocab']} ({name}) | {v['ours_s']['step']:.2f} | {v['trl_s']['step']:.2f} | **{v['ratio_ours_over_trl']:.2f}** | "
-            f"{'met' if v['goal_0_8_met'] else 'not met'} |"
+            f"| {name} ({v['vocab']}) | {size} | {v['ours_s']['step']:.2f} | {v['trl_s']['step']:.2f} | "
+            f"**{v['ratio_ours_over_trl']:.2f}** | {'met' if v['goal_0_8_met'] else 'not met'} |"
         )
     return lines
 

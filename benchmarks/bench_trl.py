@@ -1,7 +1,7 @@
 """Our RL iteration against TRL's ``GRPOTrainer``, side by side, on the same model, task and sizes.
 
     make bench-trl [ARGS="--repeats 2 --steps 4 --threads 2 --max-minutes 12"]
-    .venv-trl/bin/python -m benchmarks.bench_trl [--vocabs natural,49152] [--repeats 2] [--steps 4] [overrides ...]
+    .venv-trl/bin/python -m benchmarks.bench_trl [--models natural,49152,smollm2] [--repeats 2] [--steps 4] [overrides ...]
 
 TRL is a benchmark-only extra: ``make bench-trl`` creates ``.venv-trl`` (trl==1.16.0 on the versions of
 ``requirements.lock``, plus this project, editable) and runs this script there; the project never
@@ -26,7 +26,7 @@ on ``--threads`` torch threads:
 
 The model: a freshly initialised Llama with ``model=tiny``'s body (hidden 128, 4 layers, 4 heads,
 MLP 384, tied embeddings) and its word-level tokenizer built from the Countdown text as our warm start
-builds it; no training is needed for a timing benchmark. ``--vocabs`` picks the head: ``natural``
+builds it; no training is needed for a timing benchmark. ``--models`` picks the head: ``natural``
 (that tokenizer's own vocabulary) and/or a size such as 49152 (SmolLM2's), filled with unused words.
 To make both sides generate exactly ``max_new_tokens`` tokens, embedding dimension 0 is set to +2
 for every token and to -2 for the tokens either side stops or pads at (``</s>``, ``</answer>``,
@@ -38,7 +38,17 @@ the vocabulary): ``--think-rate`` (default 0.04) raises ``</think>`` to that pro
 most completions carry reasoning and the proxy does a trained policy's work (``--think-rate 0``: the
 plain fresh model). Every op stays dense, so none of this changes a kernel's cost.
 
-Runs alternate (ours, TRL; then TRL, ours; ...), ``--repeats`` pairs per vocabulary, each run
+**smollm2** (in ``--models`` by default) is the real model: SmolLM2-135M-Instruct with its own BPE
+tokenizer, chat template and 49,152-token head, warm-started on Countdown as ``model=smollm2-135m``
+does it (built once and cached, ~12 min on 2 cores, before any timing), at its own sizes
+``--smollm2-size`` (default P=4 x G=8, 64 new tokens: P=8 x G=16 costs minutes an iteration on
+2 cores). Both sides load the same merged directory with ``model=smollm2-135m``'s LoRA (r 16, q/v) and
+gradient checkpointing (both defaults); ours decodes with vLLM (``--smollm2-engine``, the faster engine
+here: ``make bench-engines``), TRL with ``transformers`` ``generate`` in fp32. Nothing is suppressed:
+the warm-started policy writes ``<think>``/``<answer>`` and stops where it chooses, the same
+distribution on both sides; each side's measured completion lengths are reported.
+
+Runs alternate (ours, TRL; then TRL, ours; ...), ``--repeats`` pairs per model, each run
 ``--steps`` iterations of which the first (one-off costs) is discarded; medians over the rest.
 Writes ``benchmarks/results/trl.json`` and ``trl.md`` (rewritten after every run, so a run cut short
 still leaves its numbers). One pair of both vocabularies takes 7 minutes or more on 2 cores (the
@@ -77,7 +87,15 @@ STOP_MARGIN = 2.0  # embedding dimension 0: +STOP_MARGIN for every token, minus 
 ACCUMULATION = 4  # TRL: gradient_accumulation_steps of the config in the issue
 
 
+SMOLLM2 = "smollm2"  # the real model's entry in --models (the rest are tiny-body heads)
+
+
 # -- the shared model ----------------------------------------------------------------------------
+def model_overrides(name: str) -> list[str]:
+    """The model config group each entry trains with (its LoRA, dtype, checkpointing)."""
+    return ["model=smollm2-135m"] if name == SMOLLM2 else ["model=tiny"]
+
+
 def base_config(overrides: list[str] | None = None) -> Any:
     from agentcollapse.config.compose import compose
 
@@ -157,6 +175,19 @@ def build_model_dir(cfg: Any, vocab: int | None, path: Path, seed: int = 0, thin
     }
 
 
+def build_smollm2_dir(cfg: Any) -> dict[str, Any]:
+    """The SmolLM2 policy warm-started on Countdown, as ``agentcollapse train model=smollm2-135m`` resolves
+    it (built into the cache once, then reused); both sides load this directory."""
+    from transformers import AutoModelForCausalLM
+
+    from agentcollapse.models.policy import resolve_model_dir
+    from agentcollapse.models.tiny import load_tokenizer
+
+    path = resolve_model_dir(cfg.model, cfg.env, cfg.cache_dir)
+    params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(str(path)).parameters())
+    return {"path": str(path), "vocab": len(load_tokenizer(path)), "params": params}
+
+
 def prompts_for(cfg: Any, tokenizer: Any, iterations: int, num_prompts: int) -> tuple[list[str], list[int]]:
     """The rendered first-turn contexts our trainer decodes from, iteration by iteration (same seeds)."""
     from agentcollapse import envs, seeds
@@ -174,11 +205,12 @@ def prompts_for(cfg: Any, tokenizer: Any, iterations: int, num_prompts: int) -> 
 
 
 # -- our side --------------------------------------------------------------------------------------
-def run_ours(model_dir: Path, args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
+def run_ours(model_dir: Path, args: argparse.Namespace, run_dir: Path, name: str) -> dict[str, Any]:
+    # SmolLM2 resolves its warm-started directory through the cache itself (the one build_smollm2_dir made)
+    model = model_overrides(name) + ([f"rollout.engine={args.smollm2_engine}"] if name == SMOLLM2 else [f"model.path={model_dir}"])
     overrides = [
         "env=countdown",
-        "model=tiny",
-        f"model.path={model_dir}",
+        *model,
         f"rollout.num_prompts={args.prompts}",
         f"rollout.group_size={args.group}",
         f"rollout.max_new_tokens={args.max_new_tokens}",
@@ -212,9 +244,11 @@ def trl_worker(args: argparse.Namespace) -> None:
     from agentcollapse.models.policy import Policy
     from agentcollapse.models.tiny import load_tokenizer
 
-    cfg = base_config()
+    cfg = base_config(model_overrides(args.model_name))
     model_dir = Path(args.trl_worker)
     tokenizer = load_tokenizer(model_dir)
+    if tokenizer.pad_token_id is None:  # as our policy loader does (SmolLM2 names no pad token)
+        tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     texts, env_seeds = prompts_for(cfg, tokenizer, args.steps, args.prompts)
     if tokenizer(text=texts[:1])["input_ids"][0] != encode(tokenizer, texts[0]):
@@ -225,7 +259,7 @@ def trl_worker(args: argparse.Namespace) -> None:
         """Our rollout's reward: parse <think>/<answer>, step a fresh Countdown env on the answer."""
         rewards = []
         for ids, seed in zip(completion_ids, env_seed, strict=True):
-            parsed = parse_response(decoder.decode(ids))
+            parsed = parse_response(decoder.response_text(ids))
             env = envs.from_config(cfg.env)
             env.reset(int(seed))
             rewards.append(env.step(parsed.answer if parsed.format_valid else "")[1])
@@ -327,7 +361,7 @@ def run_trl(model_dir: Path, args: argparse.Namespace, out_file: Path) -> dict[s
         str(model_dir),
         "--worker-out",
         str(out_file),
-        *(f"--{k}={getattr(args, k.replace('-', '_'))}" for k in ("steps", "threads", "prompts", "group", "max-new-tokens")),
+        *(f"--{k}={getattr(args, k.replace('-', '_'))}" for k in ("steps", "threads", "prompts", "group", "max-new-tokens", "model-name")),
         *(f"--trl-arg={a}" for a in args.trl_arg),
     ]
     proc = subprocess.run(cmd, env=subprocess_env(ROOT / "src", args.threads), capture_output=True, text=True, cwd=ROOT)
@@ -357,7 +391,18 @@ def versions() -> dict[str, str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--vocabs", default=f"natural,{SMOLLM2_VOCAB}", help="comma-separated: natural and/or vocabulary sizes")
+    ap.add_argument(
+        "--models",
+        "--vocabs",
+        default=f"natural,{SMOLLM2_VOCAB},{SMOLLM2}",
+        help=f"comma-separated: natural and/or vocabulary sizes (the tiny body), and/or {SMOLLM2} (the real model)",
+    )
+    ap.add_argument(
+        "--smollm2-size",
+        default="4x8x64",
+        help="P x G x new tokens of the smollm2 entry (its own: P=8 x G=16 x 40 costs minutes an iteration on 2 cores)",
+    )
+    ap.add_argument("--smollm2-engine", default="vllm", choices=["vllm", "hf"], help="our rollout engine for smollm2")
     ap.add_argument(
         "--repeats", type=int, default=2, help="alternating ours/TRL pairs per vocabulary (one pair of both: 7+ min on 2 cores)"
     )
@@ -382,6 +427,7 @@ def main() -> None:
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--trl-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--model-name", default="natural", help=argparse.SUPPRESS)
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for our side")
     args = ap.parse_args()
     if args.trl_worker:
@@ -389,15 +435,23 @@ def main() -> None:
         return
     if args.steps < 2:
         raise SystemExit("--steps must be >= 2 (the first iteration of each run is discarded)")
-    vocab_names = [v.strip() for v in args.vocabs.split(",") if v.strip()]
+    names = [v.strip() for v in args.models.split(",") if v.strip()]
+    for name in names:
+        if name not in ("natural", SMOLLM2) and not name.isdigit():
+            raise SystemExit(f"--models: {name!r} is not natural, {SMOLLM2} or a vocabulary size")
     cfg = base_config()
     started = time.perf_counter()
     results: dict[str, dict[str, Any]] = {}
+    sizes = {name: entry_args(args, name) for name in names}
     with tempfile.TemporaryDirectory() as tmp:
         dirs = {}
-        for name in vocab_names:
-            dirs[name] = Path(tmp) / f"model-{name}"
-            info = build_model_dir(cfg, None if name == "natural" else int(name), dirs[name], think_rate=args.think_rate)
+        for name in names:
+            if name == SMOLLM2:
+                info = build_smollm2_dir(base_config(model_overrides(name)))
+                dirs[name] = Path(info["path"])
+            else:
+                dirs[name] = Path(tmp) / f"model-{name}"
+                info = build_model_dir(cfg, None if name == "natural" else int(name), dirs[name], think_rate=args.think_rate)
             results[name] = {"model": info, "ours": [], "trl": []}
             print(f"model {name}: vocabulary {info['vocab']}, {info['params']:,} parameters", flush=True)
         longest_pair = 0.0
@@ -410,12 +464,14 @@ def main() -> None:
                 )
                 break
             pair_started = time.perf_counter()
-            for name in vocab_names:
+            for name in names:
                 for side in turn_order(("ours", "trl"), rep, swap=True):
                     t0 = time.perf_counter()
                     run_file = Path(tmp) / f"{side}-{name}-{rep}"
                     run = (
-                        run_ours(dirs[name], args, run_file) if side == "ours" else run_trl(dirs[name], args, run_file.with_suffix(".json"))
+                        run_ours(dirs[name], sizes[name], run_file, name)
+                        if side == "ours"
+                        else run_trl(dirs[name], sizes[name], run_file.with_suffix(".json"))
                     )
                     results[name][side].append(run)
                     print(
@@ -423,19 +479,38 @@ def main() -> None:
                         f"iterations {', '.join(f'{s:.2f}' for s in run['step'])} s",
                         flush=True,
                     )
-                    write_report(args, cfg, results, started, final=False)  # a cut-short run still leaves its numbers
+                    write_report(args, sizes, results, started, final=False)  # a cut-short run still leaves its numbers
             longest_pair = max(longest_pair, time.perf_counter() - pair_started)
-    write_report(args, cfg, results, started, final=True)
+    write_report(args, sizes, results, started, final=True)
 
 
-def write_report(args: argparse.Namespace, cfg: Any, results: dict[str, dict[str, Any]], started: float, final: bool) -> None:
+def entry_args(args: argparse.Namespace, name: str) -> argparse.Namespace:
+    """``args`` with one model's P, G and new tokens (the smollm2 entry has its own) and its name."""
+    out = argparse.Namespace(**vars(args))
+    out.model_name = name
+    if name == SMOLLM2:
+        try:
+            out.prompts, out.group, out.max_new_tokens = (int(v) for v in args.smollm2_size.lower().split("x"))
+        except ValueError:
+            raise SystemExit(f"--smollm2-size {args.smollm2_size!r}: expected P x G x new tokens, e.g. 4x8x64") from None
+    return out
+
+
+def write_report(
+    args: argparse.Namespace, sizes: dict[str, argparse.Namespace], results: dict[str, dict[str, Any]], started: float, final: bool
+) -> None:
     """``trl.json`` and ``trl.md`` from the runs so far (the table is printed when ``final``)."""
     first = next(iter(results.values()))
     summary: dict[str, Any] = {}
     for name, res in results.items():
         ours, trl = res["ours"], res["trl"]
+        size = sizes[name]
         s: dict[str, Any] = {
             "vocab": res["model"]["vocab"],
+            "P": size.prompts,
+            "G": size.group,
+            "max_new_tokens": size.max_new_tokens,
+            "lora": {k: getattr(base_config(model_overrides(name)).model.lora, k) for k in ("r", "alpha", "dropout", "target_modules")},
             "pairs": min(len(ours), len(trl)),
             "iterations_kept": {"ours": len(kept(ours, "step")), "trl": len(kept(trl, "step"))},
             "ours_s": {phase: median(kept(ours, phase)) for phase in PHASES},
@@ -453,7 +528,7 @@ def write_report(args: argparse.Namespace, cfg: Any, results: dict[str, dict[str
         summary[name] = s
     report = {
         "settings": {
-            "P": args.prompts,
+            "P": args.prompts,  # of the tiny-body entries; each summary entry has its own
             "G": args.group,
             "max_new_tokens": args.max_new_tokens,
             "threads": args.threads,
@@ -461,7 +536,6 @@ def write_report(args: argparse.Namespace, cfg: Any, results: dict[str, dict[str
             "pairs_run": min(len(res["trl"]) for res in results.values()),
             "complete": final,
             "steps_per_run": args.steps,
-            "lora": {k: getattr(cfg.model.lora, k) for k in ("r", "alpha", "dropout", "target_modules")},
             "ours_overrides": first["ours"][0]["config"] if first["ours"] else [],
             "trl_config": first["trl"][0]["config"] if first["trl"] else {},
             "versions": versions(),
@@ -473,36 +547,36 @@ def write_report(args: argparse.Namespace, cfg: Any, results: dict[str, dict[str
     save_result("trl", report, args.out)
     v = report["settings"]["versions"]
     lines = [
-        f"# One RL iteration: ours vs TRL {v['trl']} GRPOTrainer (P={args.prompts} x G={args.group}, {args.max_new_tokens} new tokens, "
-        f"{args.threads} thread(s), medians of iterations 2..{args.steps} over {report['settings']['pairs_run']} alternating pair(s))",
+        f"# One RL iteration: ours vs TRL {v['trl']} GRPOTrainer ({args.threads} thread(s), MI proxy every step on ours, "
+        f"medians of iterations 2..{args.steps} over {report['settings']['pairs_run']} alternating pair(s))",
         "",
-        "| vocabulary | ours (s) | TRL (s) | ours / TRL | goal <= 0.8 | completion length ours / TRL |",
-        "|---|---|---|---|---|---|",
+        "| model (vocabulary) | P x G, new tokens | ours (s) | TRL (s) | ours / TRL | goal <= 0.8 | completion length ours / TRL |",
+        "|---|---|---|---|---|---|---|",
     ]
     for name, s in summary.items():
         lengths = f"{'/'.join(map(str, s['completion_length']['ours']))} / {'/'.join(map(str, s['completion_length']['trl']))}"
         lines.append(
-            f"| {s['vocab']} ({name}) | {s['ours_s']['step']:.2f} | {s['trl_s']['step']:.2f} | **{s['ratio_ours_over_trl']:.2f}** | "
-            f"{'met' if s['goal_0_8_met'] else 'not met'} | {lengths} |"
+            f"| {name} ({s['vocab']}) | {s['P']} x {s['G']}, {s['max_new_tokens']} | {s['ours_s']['step']:.2f} | {s['trl_s']['step']:.2f} | "
+            f"**{s['ratio_ours_over_trl']:.2f}** | {'met' if s['goal_0_8_met'] else 'not met'} | {lengths} |"
         )
     lines += [
         "",
-        "| vocabulary | side | step | rollout | MI proxy | scoring | rewards + advantages | update |",
+        "| model | side | step | rollout | MI proxy | scoring | rewards + advantages | update |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for s in summary.values():
+    for name, s in summary.items():
         o, t = s["ours_s"], s["trl_s"]
         lines.append(
-            f"| {s['vocab']} | ours | {o['step']:.2f} | {o['rollout']:.2f} | {o['proxy']:.2f} | {o['scoring']:.2f} | (in rollout) | {o['update']:.2f} |"
+            f"| {name} | ours | {o['step']:.2f} | {o['rollout']:.2f} | {o['proxy']:.2f} | {o['scoring']:.2f} | (in rollout) | {o['update']:.2f} |"
         )
         lines.append(
-            f"| {s['vocab']} | TRL | {t['step']:.2f} | {t['rollout']:.2f} | - | - | {t['rewards_and_advantages']:.2f} | {t['update']:.2f} |"
+            f"| {name} | TRL | {t['step']:.2f} | {t['rollout']:.2f} | - | - | {t['rewards_and_advantages']:.2f} | {t['update']:.2f} |"
         )
     lines += [
         "",
         "TRL's update = its step minus generation, rewards and advantages (loss, backward, optimizer step over 4 micro-batches); "
         "TRL step-to-step interval (includes its logging): "
-        + ", ".join(f"{s['vocab']}: {s['trl_s']['interval']:.2f} s" for s in summary.values()),
+        + ", ".join(f"{name}: {s['trl_s']['interval']:.2f} s" for name, s in summary.items()),
         "",
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + f". Wall time {report['settings']['wall_s']:.0f} s.",
     ]
