@@ -40,7 +40,7 @@ plain fresh model). Every op stays dense, so none of this changes a kernel's cos
 
 **smollm2** (in ``--models`` by default) is the real model: SmolLM2-135M-Instruct with its own BPE
 tokenizer, chat template and 49,152-token head, warm-started on Countdown as ``model=smollm2-135m``
-does it (built once and cached, ~12 min on 2 cores, before any timing), at its own sizes
+does it (built once and cached, ~3 min on 2 cores, before any timing), at its own sizes
 ``--smollm2-size`` (default P=4 x G=8, 64 new tokens: P=8 x G=16 costs minutes an iteration on
 2 cores). Both sides load the same merged directory with ``model=smollm2-135m``'s LoRA (r 16, q/v) and
 gradient checkpointing (both defaults); ours decodes with vLLM (``--smollm2-engine``, the faster engine
@@ -51,7 +51,7 @@ distribution on both sides; each side's measured completion lengths are reported
 Runs alternate (ours, TRL; then TRL, ours; ...), ``--repeats`` pairs per model, each run
 ``--steps`` iterations of which the first (one-off costs) is discarded; medians over the rest.
 Writes ``benchmarks/results/trl.json`` and ``trl.md`` (rewritten after every run, so a run cut short
-still leaves its numbers). One pair of both vocabularies takes 7 minutes or more on 2 cores (the
+still leaves its numbers). One pair of all three models took 21 minutes on 2 cores (smollm2 11 of them; the
 49,152 head costs ~40 s an iteration on either side with ``--think-rate 0``). Not a test: numbers go in docs/performance.md.
 """
 
@@ -215,7 +215,7 @@ def prompts_for(cfg: Any, tokenizer: Any, iterations: int, num_prompts: int) -> 
 # -- our side --------------------------------------------------------------------------------------
 def run_ours(model_dir: Path, args: argparse.Namespace, run_dir: Path, name: str) -> dict[str, Any]:
     # SmolLM2 resolves its warm-started directory through the cache itself (the one build_smollm2_dir made)
-    model = model_overrides(name) + ([f"rollout.engine={args.smollm2_engine}"] if name == SMOLLM2 else [f"model.path={model_dir}"])
+    model = args.model_overrides + ([f"rollout.engine={args.smollm2_engine}"] if name == SMOLLM2 else [f"model.path={model_dir}"])
     overrides = [
         "env=countdown",
         *model,
@@ -412,7 +412,7 @@ def main() -> None:
     )
     ap.add_argument("--smollm2-engine", default="vllm", choices=["vllm", "hf"], help="our rollout engine for smollm2")
     ap.add_argument(
-        "--repeats", type=int, default=2, help="alternating ours/TRL pairs per vocabulary (one pair of both: 7+ min on 2 cores)"
+        "--repeats", type=int, default=2, help="alternating ours/TRL pairs per model (one pair of all three: ~21 min on 2 cores)"
     )
     ap.add_argument("--steps", type=int, default=4, help="iterations per run (the first is discarded)")
     ap.add_argument("--threads", type=int, default=2)
@@ -455,7 +455,7 @@ def main() -> None:
         dirs = {}
         for name in names:
             if name == SMOLLM2:
-                info = build_smollm2_dir(base_config(model_overrides(name)))
+                info = build_smollm2_dir(base_config(sizes[name].model_overrides))
                 dirs[name] = Path(info["path"])
             else:
                 dirs[name] = Path(tmp) / f"model-{name}"
@@ -493,9 +493,13 @@ def main() -> None:
 
 
 def entry_args(args: argparse.Namespace, name: str) -> argparse.Namespace:
-    """``args`` with one model's P, G and new tokens (the smollm2 entry has its own) and its name."""
+    """``args`` with one model's P, G and new tokens (the smollm2 entry has its own), its name, its model
+    overrides and its LoRA (composed once here, not at every report)."""
     out = argparse.Namespace(**vars(args))
     out.model_name = name
+    out.model_overrides = model_overrides(name)
+    lora = base_config(out.model_overrides).model.lora
+    out.lora = {k: getattr(lora, k) for k in ("r", "alpha", "dropout", "target_modules")}
     if name == SMOLLM2:
         try:
             out.prompts, out.group, out.max_new_tokens = (int(v) for v in args.smollm2_size.lower().split("x"))
@@ -518,7 +522,7 @@ def write_report(
             "P": size.prompts,
             "G": size.group,
             "max_new_tokens": size.max_new_tokens,
-            "lora": {k: getattr(base_config(model_overrides(name)).model.lora, k) for k in ("r", "alpha", "dropout", "target_modules")},
+            "lora": size.lora,
             "pairs": min(len(ours), len(trl)),
             "iterations_kept": {"ours": len(kept(ours, "step")), "trl": len(kept(trl, "step"))},
             "ours_s": {phase: median(kept(ours, phase)) for phase in PHASES},
