@@ -92,16 +92,8 @@ SMOLLM2 = "smollm2"  # the real model's entry in --models (the rest are tiny-bod
 
 # -- the shared model ----------------------------------------------------------------------------
 def model_overrides(name: str) -> list[str]:
-    """The model config group each entry trains with (its LoRA, dtype, checkpointing). For SmolLM2 also
-    its own warm-start settings: env=countdown's warm-start file (60,000 episodes, 3,000 steps, tuned
-    for the tiny policy) would otherwise replace them, hours of fine-tuning at SmolLM2's size."""
-    if name != SMOLLM2:
-        return ["model=tiny"]
-    from agentcollapse.config.compose import compose
-
-    own = compose(["model=smollm2-135m", "env=frozenlake"]).model.warm_start  # an env with no warm-start file
-    fields = ("episodes", "steps", "batch_size", "batch_tokens", "lr", "context_loss_weight")
-    return ["model=smollm2-135m", *(f"model.warm_start.{k}={'null' if getattr(own, k) is None else getattr(own, k)}" for k in fields)]
+    """The model config group each entry trains with (its LoRA, dtype, checkpointing, warm start)."""
+    return ["model=smollm2-135m" if name == SMOLLM2 else "model=tiny"]
 
 
 def base_config(overrides: list[str] | None = None) -> Any:

@@ -11,6 +11,7 @@ import pytest
 
 from agentcollapse.config import RunConfig, field_help, group_options
 from agentcollapse.config.compose import compose, to_yaml
+from agentcollapse.config.conf_files import CONF_DIR
 from agentcollapse.errors import UserError
 
 GROUPS = ("env", "model", "algorithm", "filter", "callbacks", "trainer", "logger", "experiment")
@@ -167,3 +168,17 @@ def test_fsdp_composes_and_strategies_that_cannot_work_are_one_line(cache_dir):
             compose([f"trainer.strategy={name}", f"cache_dir={cache_dir}"])
     with pytest.raises(UserError, match="unknown trainer.fsdp_param_dtype 'fp8'; valid: auto, bfloat16, float32, none"):
         compose(["trainer=fsdp", "trainer.fsdp_param_dtype=fp8", f"cache_dir={cache_dir}"])
+
+
+@pytest.mark.parametrize("env", ("countdown", "math"))
+def test_env_warm_start_specialises_the_tiny_policy_only(env, cache_dir):
+    """conf/warm_start/tiny_<env>.yaml is the tiny policy's; SmolLM2 on the same env keeps its own
+    warm start (it once took the tiny file's 60,000 episodes: hours of fine-tuning at its size)."""
+    from omegaconf import OmegaConf
+
+    spec = OmegaConf.load(f"{CONF_DIR}/warm_start/tiny_{env}.yaml")
+    tiny = compose([f"env={env}", f"cache_dir={cache_dir}"]).model.warm_start
+    assert all(getattr(tiny, k) == v for k, v in spec.items())
+    own = compose(["model=smollm2-135m", "env=frozenlake", f"cache_dir={cache_dir}"]).model.warm_start
+    assert compose(["model=smollm2-135m", f"env={env}", f"cache_dir={cache_dir}"]).model.warm_start == own
+    assert compose(["model=tiny", "env=frozenlake", f"cache_dir={cache_dir}"]).model.warm_start != tiny
