@@ -17,12 +17,16 @@ on ``--threads`` torch threads:
   on every step (``diagnostics.compute_freq=1``), no validation, no checkpoints. Per-phase times are
   the run's own ``perf/*`` metrics (``metrics.csv``).
 * **TRL**: ``GRPOTrainer`` with ``GRPOConfig(use_cpu=True, bf16=False, num_generations=G,
-  per_device_train_batch_size=P*G/4, gradient_accumulation_steps=4, max_completion_length=40)``
-  (everything else TRL's defaults), ``peft_config`` = the same LoRA, and a reward function that
+  per_device_train_batch_size=P*G/4, gradient_accumulation_steps=4, max_completion_length=40,
+  beta=<our algorithm.kl_coef>)`` (everything else TRL's defaults; ``--trl-beta``), ``peft_config`` = the same
+  LoRA, and a reward function that
   scores each completion with our Countdown env exactly as our rollout does. One optimizer step =
   one generation batch of P x G = one iteration. Per-phase times come from wrapping the trainer's
   ``_generate`` (tokenize + ``generate`` + decode) and ``_generate_and_score_completions`` (plus
-  rewards and advantages); the rest of the step is the loss, backward and optimizer step.
+  the reference pass, rewards and advantages); the rest of the step is the loss, backward and optimizer step.
+  Both sides run the same objective: GRPO's k3 KL term against the adapter-off model at our
+  coefficient (0.001, RAGEN's), so both run a reference pass. TRL's own default is beta=0, no KL and no
+  reference pass (``--trl-beta 0``: the comparison before 2026-12-03, when only our side paid for one).
 
 The model: a freshly initialised Llama with ``model=tiny``'s body (hidden 128, 4 layers, 4 heads,
 MLP 384, tied embeddings) and its word-level tokenizer built from the Countdown text as our warm start
@@ -44,7 +48,8 @@ does it (built once and cached, ~3 min on 2 cores, before any timing), at its ow
 ``--smollm2-size`` (default P=4 x G=8, 64 new tokens: P=8 x G=16 costs minutes an iteration on
 2 cores). Both sides load the same merged directory with ``model=smollm2-135m``'s LoRA (r 16, q/v) and
 gradient checkpointing (both defaults); ours decodes with vLLM (``--smollm2-engine``, the faster engine
-here: ``make bench-engines``), TRL with ``transformers`` ``generate`` in fp32. Nothing is suppressed:
+here: ``make bench-engines``) and runs its MI proxy's forwards in bf16 (``--smollm2-proxy-dtype``, faster
+on this CPU; ``make bench-proxy`` measures what it moves), TRL with ``transformers`` ``generate`` in fp32. Nothing is suppressed:
 the warm-started policy writes ``<think>``/``<answer>`` and stops where it chooses, the same
 distribution on both sides; each side's measured completion lengths are reported.
 
@@ -207,7 +212,11 @@ def prompts_for(cfg: Any, tokenizer: Any, iterations: int, num_prompts: int) -> 
 # -- our side --------------------------------------------------------------------------------------
 def run_ours(model_dir: Path, args: argparse.Namespace, run_dir: Path, name: str) -> dict[str, Any]:
     # SmolLM2 resolves its warm-started directory through the cache itself (the one build_smollm2_dir made)
-    model = args.model_overrides + ([f"rollout.engine={args.smollm2_engine}"] if name == SMOLLM2 else [f"model.path={model_dir}"])
+    model = args.model_overrides + (
+        [f"rollout.engine={args.smollm2_engine}", f"diagnostics.proxy_dtype={args.smollm2_proxy_dtype}"]
+        if name == SMOLLM2
+        else [f"model.path={model_dir}"]
+    )
     overrides = [
         "env=countdown",
         *model,
@@ -362,6 +371,7 @@ def run_trl(model_dir: Path, args: argparse.Namespace, out_file: Path) -> dict[s
         "--worker-out",
         str(out_file),
         *(f"--{k}={getattr(args, k.replace('-', '_'))}" for k in ("steps", "threads", "prompts", "group", "max-new-tokens", "model-name")),
+        f"--trl-arg=beta={args.beta}",  # first: an explicit --trl-arg beta=... still wins
         *(f"--trl-arg={a}" for a in args.trl_arg),
     ]
     proc = subprocess.run(cmd, env=subprocess_env(ROOT / "src", args.threads), capture_output=True, text=True, cwd=ROOT)
@@ -403,6 +413,18 @@ def main() -> None:
         help="P x G x new tokens of the smollm2 entry (its own: P=8 x G=16 x 40 costs minutes an iteration on 2 cores)",
     )
     ap.add_argument("--smollm2-engine", default="vllm", choices=["vllm", "hf"], help="our rollout engine for smollm2")
+    ap.add_argument(
+        "--smollm2-proxy-dtype",
+        default="bfloat16",
+        choices=["float32", "bfloat16"],
+        help="our MI proxy's forwards for smollm2 (diagnostics.proxy_dtype; bf16 is the faster here, bench_proxy gives its accuracy)",
+    )
+    ap.add_argument(
+        "--trl-beta",
+        default="matched",
+        help="TRL's KL coefficient: 'matched' (default) = our algorithm.kl_coef, so both sides run the same objective and "
+        "a reference pass; or a number (TRL's own default is 0: no reference pass)",
+    )
     ap.add_argument(
         "--repeats", type=int, default=2, help="alternating ours/TRL pairs per model (one pair of all three: ~21 min on 2 cores)"
     )
@@ -492,6 +514,12 @@ def entry_args(args: argparse.Namespace, name: str) -> argparse.Namespace:
     out.model_overrides = model_overrides(name)
     lora = base_config(out.model_overrides).model.lora
     out.lora = {k: getattr(lora, k) for k in ("r", "alpha", "dropout", "target_modules")}
+    # the same objective on both sides by default: TRL's k3 KL term (adapter off, as ours) at our coefficient
+    out.kl_coef = base_config([*out.model_overrides, *args.overrides]).algorithm.kl_coef
+    try:
+        out.beta = out.kl_coef if args.trl_beta == "matched" else float(args.trl_beta)
+    except ValueError:
+        raise SystemExit(f"--trl-beta {args.trl_beta!r}: expected 'matched' or a number") from None
     if name == SMOLLM2:
         try:
             out.prompts, out.group, out.max_new_tokens = (int(v) for v in args.smollm2_size.lower().split("x"))
@@ -515,6 +543,9 @@ def write_report(
             "G": size.group,
             "max_new_tokens": size.max_new_tokens,
             "lora": size.lora,
+            "ours_kl_coef": size.kl_coef,
+            "trl_beta": size.beta,
+            "ours_proxy_dtype": size.smollm2_proxy_dtype if name == SMOLLM2 else "float32",
             "pairs": min(len(ours), len(trl)),
             "iterations_kept": {"ours": len(kept(ours, "step")), "trl": len(kept(trl, "step"))},
             "ours_s": {phase: median(kept(ours, phase)) for phase in PHASES},
@@ -565,7 +596,7 @@ def write_report(
         )
     lines += [
         "",
-        "| model | side | step | rollout | MI proxy | scoring | rewards + advantages | update |",
+        "| model | side | step | rollout | MI proxy | scoring | reference pass (beta > 0) + rewards + advantages | update |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, s in summary.items():
