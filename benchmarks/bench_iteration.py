@@ -19,11 +19,9 @@ the iteration. Saves ``benchmarks/results/iteration.json`` (``benchmarks.bench_r
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
 from benchmarks.bench_report import iteration_lines
@@ -33,6 +31,8 @@ from benchmarks.common import (
     ROOT,
     alternating,
     iteration_overrides,
+    linear_params,
+    matmul_probe,
     measured_train,
     phase_lists,
     policy_dir,
@@ -41,32 +41,6 @@ from benchmarks.common import (
 )
 
 BASELINE = "f92f80d"  # the last commit before the performance work (issue 13)
-
-
-def matmul_probe(shapes: list[tuple[int, int, int]], threads: int, repeats: int = 20) -> dict[str, float]:
-    """GFLOP/s of ``torch.matmul`` for each (rows, k, n)."""
-    import torch
-
-    torch.set_num_threads(threads)
-    out = {}
-    for m, k, n in shapes:
-        a, b = torch.randn(m, k), torch.randn(k, n)
-        for _ in range(3):
-            a @ b
-        started = time.perf_counter()
-        for _ in range(repeats):
-            a @ b
-        out[f"{m}x{k}x{n}"] = 2 * m * k * n * repeats / (time.perf_counter() - started) / 1e9
-    return out
-
-
-def linear_params(model_dir: Path) -> tuple[int, dict[str, int]]:
-    """(weights every token passes through: the decoder's projections and the LM head, sizes) of a Llama-shaped model."""
-    c = json.loads((model_dir / "config.json").read_text())
-    h, i, layers, vocab = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
-    kv = h * c.get("num_key_value_heads", c["num_attention_heads"]) // c["num_attention_heads"]
-    per_layer = 2 * h * h + 2 * h * kv + 3 * h * i
-    return layers * per_layer + h * vocab, {"hidden": h, "intermediate": i, "layers": layers, "vocab": vocab}
 
 
 def main() -> None:

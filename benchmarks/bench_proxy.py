@@ -59,6 +59,11 @@ def main() -> None:
     ap.add_argument("--score-batch-size", type=int, default=None, help="cross_score batch size (default: diagnostics.score_batch_size)")
     ap.add_argument("--fill-empty-thinks", action="store_true", help="use the decoded response as reasoning where the parser found none")
     ap.add_argument("--skip-naive", action="store_true", help="do not time naive_cross_score (slow at large P, G)")
+    ap.add_argument(
+        "--name",
+        default="proxy",
+        help="result name: benchmarks/results/<name>.json (proxy_smollm2: the real model's, make bench-proxy-smollm2)",
+    )
     ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. rollout.num_prompts=4 cache_dir=/tmp/c")
     args = ap.parse_args()
 
@@ -170,6 +175,9 @@ def main() -> None:
     print(f"  iteration                  {iteration:.3f}s  (rollout {med['rollout']:.3f}s + update {med['update']:.3f}s)")
     print(f"  proxy / iteration          {med['proxy'] / iteration:.3f}")
     print(f"  cost at compute_freq={freq}     {med['proxy'] / (freq * iteration):.3f}  (proxy / ({freq} * iteration))")
+    print(
+        f"  share of the time at {freq}      {med['proxy'] / (freq * iteration + med['proxy']):.3f}  (proxy / ({freq} * iteration + proxy))"
+    )
     if can_score:
         print(f"  cross_score cached         {med['cached']:.3f}s")
         if not args.skip_naive:
@@ -197,6 +205,8 @@ def main() -> None:
         "proxy_over_iteration": med["proxy"] / iteration,
         "compute_freq": freq,
         "cost_at_compute_freq": med["proxy"] / (freq * iteration),
+        "share_at_compute_freq": med["proxy"] / (freq * iteration + med["proxy"]),
+        "bf16_cost_at_compute_freq": med["bf16"] / (freq * iteration),
         "cached_s": med["cached"] if can_score else None,
         "naive_s": med["naive"] if can_score and not args.skip_naive else None,
         "mean_context_len": ctx_len,
@@ -208,7 +218,7 @@ def main() -> None:
         "max_abs_diff": max(max_diff) if max_diff else None,
         "samplers": {k: float(v) for k, v in proxy_out.items()},
     }
-    save_result("proxy", record)
+    save_result(args.name, record)
     for name in sampler_prefixes():
         keys = ("valid_thinking_rate", "num_traces", "num_contexts", "mi_estimate", "retrieval_accuracy")
         print(f"  {name}: " + ", ".join(f"{k}={proxy_out[f'{name}/{k}']:.3g}" for k in keys if f"{name}/{k}" in proxy_out))

@@ -27,8 +27,10 @@ PARTS = {
     "rollout": "make bench-rollout",
     "filter": "make bench-filter",
     "proxy": "make bench-proxy",
+    "proxy_smollm2": "make bench-proxy-smollm2",
     "trl": "make bench-trl",
     "scaling": "make bench-scaling",
+    "scaling_smollm2": "make bench-scaling ARGS='--model smollm2'",
     "warm_start": "make bench-warm-start",
     "dtype": "make bench-dtype",
     "engines": "make bench-engines",
@@ -64,6 +66,42 @@ def headline(parts: dict[str, Any]) -> dict[str, Any]:
         "proxy_cached_speedup": get("proxy", "speedup"),
         "proxy_ideal_speedup": get("proxy", "ideal"),
         "update_time_by_rho": {str(row["rho"]): row["median_s"] for row in get("filter", "rows") or []} or None,
+        "performance_goals": performance_goals(parts),
+    }
+
+
+def performance_goals(parts: dict[str, Any]) -> dict[str, Any]:
+    """Issue 28's goals, each with its measured value, its target, whether it is met and the commit it was
+    measured at (``None`` where its benchmark has not run)."""
+
+    def goal(part: str, value: Any, target: float, below: bool = True) -> dict[str, Any] | None:
+        if value is None or parts.get(part) is None:
+            return None
+        got = parts[part]
+        at = got.get("commit") or got.get("settings", {}).get("commit")
+        return {
+            "value": value,
+            "target": target,
+            "met": bool(value <= target if below else value >= target),
+            "commit": at,
+            "from": PARTS[part],
+        }
+
+    trl = (parts.get("trl") or {}).get("summary", {})
+    smollm2 = trl.get("smollm2", {}).get("ours_s", {})
+    # the proxy's cost at compute_freq=5 in a real training run of SmolLM2 (the TRL entry runs it every step)
+    smollm2_proxy = smollm2["proxy"] / (5 * (smollm2["step"] - smollm2["proxy"])) if smollm2.get("proxy") else None
+    limit = (parts.get("dtype") or {}).get("limit", {})
+    scaling = (parts.get("scaling_smollm2") or {}).get("rows", {})
+    base = scaling.get("base", {}).get("step")
+    return {
+        "1_trl_tiny_head_ratio": goal("trl", trl.get("natural", {}).get("ratio_ours_over_trl"), 0.8),
+        "2_trl_smollm2_ratio": goal("trl", trl.get("smollm2", {}).get("ratio_ours_over_trl"), 0.8),
+        "3_proxy_cost_at_compute_freq_5_tiny": goal("proxy", (parts.get("proxy") or {}).get("cost_at_compute_freq"), 0.08),
+        "3_proxy_cost_at_compute_freq_5_smollm2": goal("trl", smollm2_proxy, 0.08),
+        "4_smollm2_update_fraction_of_matmul_limit_fp32": goal("dtype", limit.get("float32", {}).get("update_fraction"), 0.5, below=False),
+        "4_smollm2_update_fraction_of_matmul_limit_bf16": goal("dtype", limit.get("bfloat16", {}).get("update_fraction"), 0.5, below=False),
+        "5_smollm2_scaling_step_over_base": {name: row["step"] / base for name, row in scaling.items()} if base else None,
     }
 
 
@@ -106,7 +144,8 @@ def proxy_lines(r: dict[str, Any]) -> list[str]:
     lines = [
         f"MI proxy on one P={r['P']} x G={r['G']} batch ({r['repeats']} repeats, medians): {samplers} "
         f"{r['proxy_s']:.2f} s, {r['proxy_over_iteration']:.1%} of an iteration, "
-        f"{r['cost_at_compute_freq']:.1%} at `compute_freq={r['compute_freq']}`.",
+        f"{r['cost_at_compute_freq']:.1%} at `compute_freq={r['compute_freq']}` (proxy / (compute_freq x iteration); "
+        f"{r.get('share_at_compute_freq', float('nan')):.1%} of the time with the proxy counted in).",
     ]
     if "proxy_separate_s" in r:
         worst = max(r["bf16_max_abs_diff"].items(), key=lambda kv: kv[1], default=("-", float("nan")))
@@ -179,11 +218,14 @@ def trl_lines(r: dict[str, Any]) -> list[str]:
 def scaling_lines(r: dict[str, Any]) -> list[str]:
     rows = r["rows"]
     base = rows["base"]
-    lines = ["| row | turns | step (s) | step / base | MI proxy / base | peak RSS (MiB) |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| row | turns | response tokens | step (s) | step / base | MI proxy (s) | MI proxy / base | peak RSS (MiB) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, row in rows.items():
         lines.append(
-            f"| {name} | {row['turns']:.2f} | {row['step']:.2f} | {row['step'] / base['step']:.2f} | "
-            f"{row['proxy_step'] / base['proxy_step']:.2f} | {row['peak_mib']:.0f} |"
+            f"| {name} | {row['turns']:.2f} | {row['response_tokens']:.1f} | {row['step']:.2f} | {row['step'] / base['step']:.2f} | "
+            f"{row['proxy_step']:.2f} | {row['proxy_step'] / base['proxy_step']:.2f} | {row['peak_mib']:.0f} |"
         )
     return lines
 
@@ -215,6 +257,26 @@ def dtype_lines(r: dict[str, Any]) -> list[str]:
         f"bf16 / fp32 time: rollout {ratio['rollout_s']:.2f}, scoring {ratio['scoring_s']:.2f}, update {ratio['update_s']:.2f} "
         f"(median of {r['repeats']}); mean |log p bf16 - log p fp32| of the sampled tokens {r['logp_abs_diff']:.4f} nats.",
     ]
+    if "limit" in r:  # the matmul limit at the model's own shapes, and the update's profile
+        lines += [
+            "",
+            f"Against `torch.matmul` at the passes' own shapes ({r['rows_per_micro_batch']:.0f} positions a micro-batch, "
+            f"{r['head_rows_per_micro_batch']:.0f} through the head; gradient checkpointing {'on' if r['gradient_checkpointing'] else 'off'}):",
+            "",
+            "| weights | scoring: probe (s) | fraction of the limit | update: probe (s) | fraction of the limit | matmul kernels' share of the update |",
+            "|---|---|---|---|---|---|",
+        ]
+        for dtype, v in r["limit"].items():
+            prof = r.get("update_profile", {}).get(dtype)
+            share = f"{prof['matmul_share']:.0%}" if prof else "-"
+            lines.append(
+                f"| {dtype} | {v['scoring_probe_s']:.1f} | {v['scoring_fraction']:.0%} | {v['update_probe_s']:.1f} | **{v['update_fraction']:.0%}** | {share} |"
+            )
+        for dtype, prof in r.get("update_profile", {}).items():
+            lines += [
+                "",
+                f"{dtype} update, top operators by self time: " + ", ".join(f"`{t['op']}` {t['share']:.0%}" for t in prof["top"][:8]),
+            ]
     return lines
 
 
@@ -233,10 +295,12 @@ def engines_lines(r: dict[str, Any]) -> list[str]:
 RENDER = {
     "iteration": ("Iteration: phases, tokens/s, roofline, peak memory", iteration_lines),
     "proxy": ("MI proxy: cached vs naive cross-scoring", proxy_lines),
+    "proxy_smollm2": ("MI proxy on SmolLM2-135M (`make bench-proxy-smollm2`)", proxy_lines),
     "filter": ("SNR-aware filtering: update time by rho", filter_lines),
     "rollout": ("Rollout and warm start", rollout_lines),
     "trl": ("Against TRL", trl_lines),
     "scaling": ("Scaling (`make bench-scaling`)", scaling_lines),
+    "scaling_smollm2": ("Scaling, SmolLM2-135M (`make bench-scaling ARGS='--model smollm2'`)", scaling_lines),
     "warm_start": ("A real model's warm start (`make bench-warm-start`)", warm_start_lines),
     "dtype": ("float32 vs bfloat16 weights (`make bench-dtype`)", dtype_lines),
     "engines": ("Rollout engines: transformers vs vLLM (`make bench-engines`)", engines_lines),

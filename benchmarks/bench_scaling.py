@@ -1,6 +1,6 @@
 """How an RL iteration's time and memory grow: P, G, the turn cap and the response budget doubled, one at a time.
 
-    python -m benchmarks.bench_scaling [--steps 5] [--threads 1] [overrides ...]
+    python -m benchmarks.bench_scaling [--model tiny|smollm2] [--steps 5] [--threads 1] [overrides ...]
 
 Each row trains FrozenLake (P=8 x G=8, MI proxy at step 1 and every 5 steps, no validation) through the
 CLI with one size doubled. Every row loads the same warm-started policy (``model.path`` of the default
@@ -14,8 +14,13 @@ prompt of the batch (``first_turn_samples=0``; the trajectory samplers, which dr
 pairs, are off), so with the prompts' caches kept its cost should follow P*G*P*|Z|; the table puts the
 measured ratio to the base row beside that model's ratio (|Z|: the realised response length).
 
-Writes ``benchmarks/results/scaling.json`` (for ``benchmarks.bench_report``) and ``scaling.md``. Not a test: numbers go in
-``docs/performance.md``.
+``--model smollm2`` is the same table for a real model (SmolLM2-135M warm-started on Countdown, as
+``model=smollm2-135m`` builds it, decoding with vLLM, 2 threads): base P=2 x G=4 with a 64-token budget,
+the proxy at steps 1 and 3 of 3 (``compute_freq=2``), P, G and the budget doubled (one turn: no turn cap).
+About 15 minutes on 2 cores.
+
+Writes ``benchmarks/results/scaling.json`` (``scaling_smollm2.json`` for SmolLM2; both for
+``benchmarks.bench_report``) and the ``.md`` beside it. Not a test: numbers go in ``docs/performance.md``.
 """
 
 from __future__ import annotations
@@ -25,7 +30,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import PHASES, RESULTS, ROOT, iteration_overrides, measured_train, policy_dir, save_markdown, save_result
+from benchmarks.common import (
+    PHASES,
+    RESULTS,
+    ROOT,
+    iteration_overrides,
+    measured_train,
+    policy_dir,
+    save_markdown,
+    save_result,
+    timed_run_overrides,
+)
 
 # Each row doubles one size of the base config (the defaults below, or the command line's).
 DOUBLED = {
@@ -41,11 +56,34 @@ BASE_SIZES = {
     "env.kwargs.max_actions": 10,
     "rollout.max_new_tokens": 48,
 }
+# --model smollm2: a real model at sizes an iteration of which takes seconds to a minute here
+SMOLLM2_SIZES = {"rollout.num_prompts": 2, "rollout.group_size": 4, "rollout.max_new_tokens": 64}
+
+
+def base_overrides(model: str, steps: int, threads: int) -> list[str]:
+    """Every row's config before its doubling: the tiny policy's benchmarked iteration, or SmolLM2's."""
+    if model == "tiny":
+        return [
+            *iteration_overrides(steps, threads),
+            f"model.path={policy_dir(['env=frozenlake'])}",  # the default build
+            "diagnostics.first_turn_samples=0",
+            "diagnostics.skip_samplers=[trajectory,trajectory_nocopy]",
+        ]
+    return [
+        "model=smollm2-135m",  # its own warm start on Countdown, cached once built
+        "env=countdown",
+        "rollout.engine=vllm",
+        *(f"{k}={v}" for k, v in SMOLLM2_SIZES.items()),
+        "diagnostics.compute_freq=2",
+        "diagnostics.first_turn_samples=0",
+        "diagnostics.skip_samplers=[trajectory,trajectory_nocopy]",
+        *timed_run_overrides(steps, threads),
+    ]
 
 
 def size_of(overrides: list[str], key: str) -> int:
     """The last value ``overrides`` give ``key``, else the default."""
-    return int(next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith(f"{key}=")), BASE_SIZES[key]))
+    return int(next((o.split("=", 1)[1] for o in reversed(overrides) if o.startswith(f"{key}=")), BASE_SIZES.get(key, 0)))
 
 
 def summarise(rows: Any, peak_mib: float, num_prompts: int, group_size: int) -> dict[str, float]:
@@ -62,19 +100,20 @@ def summarise(rows: Any, peak_mib: float, num_prompts: int, group_size: int) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=5, help="RL iterations per run (steps 2.. are averaged; the proxy runs at 5)")
-    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--model", default="tiny", choices=["tiny", "smollm2"], help="the tiny policy on FrozenLake, or SmolLM2-135M on Countdown"
+    )
+    ap.add_argument("--steps", type=int, default=None, help="RL iterations per run, steps 2.. averaged (default: 5 tiny, 3 smollm2)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 tiny, 2 smollm2)")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every row")
     args = ap.parse_args()
-    base = [
-        *iteration_overrides(args.steps, args.threads),
-        f"model.path={policy_dir(['env=frozenlake'])}",  # the default build
-        "diagnostics.first_turn_samples=0",
-        "diagnostics.skip_samplers=[trajectory,trajectory_nocopy]",
-        *args.overrides,
-    ]
-    rows = {"base": [], **{name: [f"{key}={2 * size_of(base, key)}" for key in keys] for name, keys in DOUBLED.items()}}
+    tiny = args.model == "tiny"
+    args.steps = args.steps or (5 if tiny else 3)
+    args.threads = args.threads or (1 if tiny else 2)
+    base = [*base_overrides(args.model, args.steps, args.threads), *args.overrides]
+    doubled = {name: keys for name, keys in DOUBLED.items() if tiny or name != "turn cap x2"}  # Countdown has one turn
+    rows = {"base": [], **{name: [f"{key}={2 * size_of(base, key)}" for key in keys] for name, keys in doubled.items()}}
     table: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for k, (name, extra) in enumerate(rows.items()):
@@ -84,10 +123,11 @@ def main() -> None:
             table[name] = summarise(frame, peak, p, g)
             print(f"{name} ({' '.join(extra) or 'as given'}): step {table[name]['step']:.2f} s, peak {peak:.0f} MiB", flush=True)
     ref = table["base"]
-    save_result("scaling", {"config": base, "threads": args.threads, "rows": table}, args.out)
+    name = "scaling" if tiny else "scaling_smollm2"
+    save_result(name, {"model": args.model, "config": base, "threads": args.threads, "rows": table}, args.out)
     cols = ["step", "rollout", "scoring", "update", "proxy_step"]
     lines = [
-        f"# Scaling: one size doubled per row (FrozenLake, P={size_of(base, 'rollout.num_prompts')} x "
+        f"# Scaling: one size doubled per row ({'tiny policy, FrozenLake' if tiny else 'SmolLM2-135M, Countdown'}, P={size_of(base, 'rollout.num_prompts')} x "
         f"G={size_of(base, 'rollout.group_size')} at base, {args.threads} thread(s), steps 2..{args.steps})",
         "",
         "| row | turns | response tokens | "
@@ -102,7 +142,7 @@ def main() -> None:
             + f" | {r['step'] / ref['step']:.2f} | {r['peak_mib']:.0f} | {r['proxy_step'] / ref['proxy_step']:.2f}"
             + f" | {r['proxy_cost_model'] / ref['proxy_cost_model']:.2f} |"
         )
-    save_markdown("scaling", lines, args.out)
+    save_markdown(name, lines, args.out)
     print("\n".join(lines))
 
 

@@ -110,6 +110,33 @@ def alternating(arms: Sequence[T], repeats: int, swap: bool = False) -> Iterator
             yield rep, arm
 
 
+# -- this CPU's matmul limit -------------------------------------------------------------------------
+def matmul_probe(shapes: list[tuple[int, int, int]], threads: int, repeats: int = 20, dtype: str = "float32") -> dict[str, float]:
+    """GFLOP/s of ``torch.matmul`` for each (rows, k, n), in ``dtype`` (bf16: avx512_bf16 on these CPUs, AMX on newer ones)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    out = {}
+    for m, k, n in shapes:
+        a, b = torch.randn(m, k, dtype=getattr(torch, dtype)), torch.randn(k, n, dtype=getattr(torch, dtype))
+        for _ in range(3):
+            a @ b
+        started = time.perf_counter()
+        for _ in range(repeats):
+            a @ b
+        out[f"{m}x{k}x{n}"] = 2 * m * k * n * repeats / (time.perf_counter() - started) / 1e9
+    return out
+
+
+def linear_params(model_dir: Path) -> tuple[int, dict[str, int]]:
+    """(weights every token passes through: the decoder's projections and the LM head, sizes) of a Llama-shaped model."""
+    c = json.loads((model_dir / "config.json").read_text())
+    h, i, layers, vocab = c["hidden_size"], c["intermediate_size"], c["num_hidden_layers"], c["vocab_size"]
+    kv = h * c.get("num_key_value_heads", c["num_attention_heads"]) // c["num_attention_heads"]
+    per_layer = 2 * h * h + 2 * h * kv + 3 * h * i
+    return layers * per_layer + h * vocab, {"hidden": h, "intermediate": i, "kv": kv, "layers": layers, "vocab": vocab}
+
+
 # -- command lines -------------------------------------------------------------------------------------
 def floats(text: str) -> list[float]:
     """A comma-separated list of floats (an argparse ``type``)."""

@@ -55,3 +55,24 @@ def test_a_result_from_an_older_script_is_reported_not_raised(bench_report, tmp_
     report = (tmp_path / "latest.md").read_text()
     assert "Could not read `filter.json`" in report and "re-run `make bench-filter`" in report
     assert "the code has changed since" in report  # an unknown commit is never taken as current
+
+
+def test_performance_goals_give_each_value_its_target_and_commit(bench_report):
+    trl = {
+        "commit": "abc1234",
+        "summary": {
+            "natural": {"ratio_ours_over_trl": 0.78},
+            "smollm2": {"ratio_ours_over_trl": 0.9, "ours_s": {"step": 60.0, "proxy": 10.0}},
+        },
+    }
+    dtype = {"commit": "def5678", "limit": {"float32": {"update_fraction": 0.3}, "bfloat16": {"update_fraction": 0.55}}}
+    scaling = {"commit": "def5678", "rows": {"base": {"step": 10.0}, "P x2": {"step": 18.0}}}
+    goals = bench_report.performance_goals({"trl": trl, "dtype": dtype, "scaling_smollm2": scaling})
+    assert goals["1_trl_tiny_head_ratio"] == {"value": 0.78, "target": 0.8, "met": True, "commit": "abc1234", "from": "make bench-trl"}
+    assert not goals["2_trl_smollm2_ratio"]["met"]
+    # SmolLM2's proxy ran every step of the TRL entry: at compute_freq=5 it costs 10 / (5 x (60 - 10))
+    assert goals["3_proxy_cost_at_compute_freq_5_smollm2"]["value"] == pytest.approx(0.04)
+    assert goals["3_proxy_cost_at_compute_freq_5_tiny"] is None  # not measured: no value, never "met"
+    assert goals["4_smollm2_update_fraction_of_matmul_limit_bf16"]["met"]
+    assert not goals["4_smollm2_update_fraction_of_matmul_limit_fp32"]["met"]
+    assert goals["5_smollm2_scaling_step_over_base"] == {"base": 1.0, "P x2": 1.8}
