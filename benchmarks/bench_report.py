@@ -8,8 +8,10 @@ run of each, and says for each part which commit and date it came from, so numbe
 (``make bench-trl`` needs its own ``.venv-trl`` and ~21 minutes, ``make bench-scaling`` ~10) are never
 mistaken for this run's. A part that was never run is listed with the command that makes it.
 
-The TRL comparison is the one result kept in git (``benchmarks/results/trl.json``): it needs a
-separate environment, so a fresh clone reports the committed measurement, labelled with its commit.
+Results kept in git, so a fresh clone reports them labelled with their commit: the TRL comparison
+(``trl.json``: it needs a separate environment), and the SmolLM2 parts that run outside ``make bench``
+(``warm_start``, ``engines``, ``dtype``, ``scaling_smollm2``, ``proxy_smollm2``: minutes to an hour each).
+``latest.json``'s ``headline.performance_goals`` gives each of issue 28's goals with its value, target and commit.
 """
 
 from __future__ import annotations

@@ -123,8 +123,8 @@ def main() -> None:
             table[name] = summarise(frame, peak, p, g)
             print(f"{name} ({' '.join(extra) or 'as given'}): step {table[name]['step']:.2f} s, peak {peak:.0f} MiB", flush=True)
     ref = table["base"]
-    name = "scaling" if tiny else "scaling_smollm2"
-    save_result(name, {"model": args.model, "config": base, "threads": args.threads, "rows": table}, args.out)
+    result = "scaling" if tiny else "scaling_smollm2"
+    save_result(result, {"model": args.model, "config": base, "threads": args.threads, "rows": table}, args.out)
     cols = ["step", "rollout", "scoring", "update", "proxy_step"]
     lines = [
         f"# Scaling: one size doubled per row ({'tiny policy, FrozenLake' if tiny else 'SmolLM2-135M, Countdown'}, P={size_of(base, 'rollout.num_prompts')} x "
@@ -142,7 +142,7 @@ def main() -> None:
             + f" | {r['step'] / ref['step']:.2f} | {r['peak_mib']:.0f} | {r['proxy_step'] / ref['proxy_step']:.2f}"
             + f" | {r['proxy_cost_model'] / ref['proxy_cost_model']:.2f} |"
         )
-    save_markdown(name, lines, args.out)
+    save_markdown(result, lines, args.out)
     print("\n".join(lines))
 
 
