@@ -120,7 +120,7 @@ bench-learning: $(STAMP) ## it learns: held-out success before/after RL, 3 seeds
 bench-warm-start: $(STAMP) ## a real model's warm start (model=smollm2-135m): held-out success and format before/after, build time (~1 h on 2 cores)
 	$(BIN)/python -m benchmarks.bench_warm_start $(ARGS)
 
-bench-dtype: $(STAMP) ## float32 vs bfloat16 weights for model=smollm2-135m: rollout, scoring and update side by side
+bench-dtype: $(STAMP) ## float32 vs bfloat16 weights for model=smollm2-135m: rollout, scoring and update side by side, each against the matmul limit at its shapes, with a profile of the update (~7 min with env=countdown)
 	$(BIN)/python -m benchmarks.bench_dtype $(ARGS)
 
 bench-filter: $(STAMP) ## update time at rho = 1.0, 0.9, 0.6 with the kept fraction

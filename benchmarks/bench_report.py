@@ -5,7 +5,7 @@
 ``make bench`` runs the quick benchmarks (iteration, rollout, filter, proxy), each of which saves its
 own ``<name>.json`` with :func:`benchmarks.common.save_result`, then this script. It reads whatever results exist, newest
 run of each, and says for each part which commit and date it came from, so numbers from an older run
-(``make bench-trl`` needs its own ``.venv-trl`` and ~21 minutes, ``make bench-scaling`` ~10) are never
+(``make bench-trl`` needs its own ``.venv-trl`` and ~40 minutes, ``make bench-scaling`` ~10) are never
 mistaken for this run's. A part that was never run is listed with the command that makes it.
 
 Results kept in git, so a fresh clone reports them labelled with their commit: the TRL comparison

@@ -56,7 +56,7 @@ distribution on both sides; each side's measured completion lengths are reported
 Runs alternate (ours, TRL; then TRL, ours; ...), ``--repeats`` pairs per model, each run
 ``--steps`` iterations of which the first (one-off costs) is discarded; medians over the rest.
 Writes ``benchmarks/results/trl.json`` and ``trl.md`` (rewritten after every run, so a run cut short
-still leaves its numbers). One pair of all three models took 21 minutes on 2 cores (smollm2 11 of them; the
+still leaves its numbers). One pair of all three models takes ~20 minutes on 2 cores (two pairs: 2,312 s at 1a59e02, smollm2 23 min of it; the
 49,152 head costs ~40 s an iteration on either side with ``--think-rate 0``). Not a test: numbers go in docs/performance.md.
 """
 
@@ -426,7 +426,7 @@ def main() -> None:
         "a reference pass; or a number (TRL's own default is 0: no reference pass)",
     )
     ap.add_argument(
-        "--repeats", type=int, default=2, help="alternating ours/TRL pairs per model (one pair of all three: ~21 min on 2 cores)"
+        "--repeats", type=int, default=2, help="alternating ours/TRL pairs per model (one pair of all three: ~20 min on 2 cores)"
     )
     ap.add_argument("--steps", type=int, default=4, help="iterations per run (the first is discarded)")
     ap.add_argument("--threads", type=int, default=2)
