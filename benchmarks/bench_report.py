@@ -84,6 +84,7 @@ def performance_goals(parts: dict[str, Any]) -> dict[str, Any]:
         return {
             "value": value,
             "target": target,
+            "at_most": below,
             "met": bool(value <= target if below else value >= target),
             "commit": at,
             "from": PARTS[part],
@@ -105,6 +106,22 @@ def performance_goals(parts: dict[str, Any]) -> dict[str, Any]:
         "4_smollm2_update_fraction_of_matmul_limit_bf16": goal("dtype", limit.get("bfloat16", {}).get("update_fraction"), 0.5, below=False),
         "5_smollm2_scaling_step_over_base": {name: row["step"] / base for name, row in scaling.items()} if base else None,
     }
+
+
+def goal_lines(goals: dict[str, Any]) -> list[str]:
+    """``latest.md``'s first table: each performance goal with its value, target and commit."""
+    lines = ["## Performance goals (issue 28)", "", "| goal | value | target | met | measured at | made by |", "|---|---|---|---|---|---|"]
+    for name, g in goals.items():
+        if g is None:
+            lines.append(f"| {name} | not measured | | | | |")
+        elif "value" not in g:  # the scaling rows: step time over the base row's
+            lines.append(f"| {name} | " + ", ".join(f"{row} {ratio:.2f}" for row, ratio in g.items()) + " | measured | | | |")
+        else:
+            bound = "at most" if g["at_most"] else "at least"
+            lines.append(
+                f"| {name} | {g['value']:.3f} | {bound} {g['target']} | {'yes' if g['met'] else 'no'} | `{g['commit']}` | `{g['from']}` |"
+            )
+    return [*lines, ""]
 
 
 def iteration_lines(r: dict[str, Any]) -> list[str]:
@@ -344,6 +361,7 @@ def main() -> None:
             lines += [f"Could not read `{name}.json` ({type(exc).__name__}: {exc}); re-run `{PARTS[name]}`.", ""]
         summary["parts"][name] = part
     summary["headline"] = headline(summary["parts"])
+    lines[2:2] = goal_lines(summary["headline"]["performance_goals"])
     (results / "latest.json").write_text(json.dumps(summary, indent=2, default=str))
     (results / "latest.md").write_text("\n".join(lines))
     print("\n".join(lines))

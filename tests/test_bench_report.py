@@ -68,7 +68,14 @@ def test_performance_goals_give_each_value_its_target_and_commit(bench_report):
     dtype = {"commit": "def5678", "limit": {"float32": {"update_fraction": 0.3}, "bfloat16": {"update_fraction": 0.55}}}
     scaling = {"commit": "def5678", "rows": {"base": {"step": 10.0}, "P x2": {"step": 18.0}}}
     goals = bench_report.performance_goals({"trl": trl, "dtype": dtype, "scaling_smollm2": scaling})
-    assert goals["1_trl_tiny_head_ratio"] == {"value": 0.78, "target": 0.8, "met": True, "commit": "abc1234", "from": "make bench-trl"}
+    assert goals["1_trl_tiny_head_ratio"] == {
+        "value": 0.78,
+        "target": 0.8,
+        "at_most": True,
+        "met": True,
+        "commit": "abc1234",
+        "from": "make bench-trl",
+    }
     assert not goals["2_trl_smollm2_ratio"]["met"]
     # SmolLM2's proxy ran every step of the TRL entry: at compute_freq=5 it costs 10 / (5 x (60 - 10))
     assert goals["3_proxy_cost_at_compute_freq_5_smollm2"]["value"] == pytest.approx(0.04)
@@ -76,3 +83,7 @@ def test_performance_goals_give_each_value_its_target_and_commit(bench_report):
     assert goals["4_smollm2_update_fraction_of_matmul_limit_bf16"]["met"]
     assert not goals["4_smollm2_update_fraction_of_matmul_limit_fp32"]["met"]
     assert goals["5_smollm2_scaling_step_over_base"] == {"base": 1.0, "P x2": 1.8}
+    table = "\n".join(bench_report.goal_lines(goals))  # latest.md's first table
+    assert "| 1_trl_tiny_head_ratio | 0.780 | at most 0.8 | yes | `abc1234` | `make bench-trl` |" in table
+    assert "| 4_smollm2_update_fraction_of_matmul_limit_fp32 | 0.300 | at least 0.5 | no |" in table
+    assert "| 3_proxy_cost_at_compute_freq_5_tiny | not measured |" in table
