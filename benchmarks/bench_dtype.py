@@ -28,6 +28,7 @@ import statistics
 
 import torch
 
+from agentcollapse.lightning.update import micro_batches
 from agentcollapse.rollout.sequences import build_sequences, collate
 from agentcollapse.run.jobs import config_and_policy, training_batch
 from benchmarks.common import alternating, linear_params, matmul_probe, policy_dir, save_result, timed, with_model
@@ -35,15 +36,18 @@ from benchmarks.common import alternating, linear_params, matmul_probe, policy_d
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")  # the kernels the probe times
 
 
+def _collated(policy, batch, micro: int):
+    """The batch's training sequences as the update groups them (similar lengths), collated."""
+    seqs = build_sequences(batch)
+    for idx in micro_batches(seqs, micro):
+        yield collate(seqs, idx, policy.tokenizer.pad_token_id)
+
+
 def _micro_batches(policy, batch, micro: int):
     """(collated micro-batch, log-probs of every position from its first response token), lazily."""
     from agentcollapse.rollout.sequences import gather_logprobs
 
-    seqs = build_sequences(batch)
-    pad = policy.tokenizer.pad_token_id
-    order = sorted(range(len(seqs.input_ids)), key=lambda i: len(seqs.input_ids[i]))  # as the update groups them
-    for s in range(0, len(order), micro):
-        mb = collate(seqs, order[s : s + micro], pad)
+    for mb in _collated(policy, batch, micro):
         start = int(mb["logits_from"])
         logits = policy.model(input_ids=mb["input_ids"], logits_to_keep=mb["input_ids"].shape[1] - start).logits
         yield mb, gather_logprobs(logits, mb["input_ids"], start)
@@ -51,15 +55,8 @@ def _micro_batches(policy, batch, micro: int):
 
 def _shapes(policy, batch, micro: int) -> tuple[list[int], list[int]]:
     """Per micro-batch: positions through the decoder, and rows through the LM head."""
-    rows, head = [], []
-    seqs = build_sequences(batch)
-    order = sorted(range(len(seqs.input_ids)), key=lambda i: len(seqs.input_ids[i]))
-    for s in range(0, len(order), micro):
-        mb = collate(seqs, order[s : s + micro], policy.tokenizer.pad_token_id)
-        b, t = mb["input_ids"].shape
-        rows.append(b * t)
-        head.append(b * (t - int(mb["logits_from"])))
-    return rows, head
+    sizes = [(mb["input_ids"].shape, int(mb["logits_from"])) for mb in _collated(policy, batch, micro)]
+    return [b * t for (b, t), _ in sizes], [b * (t - start) for (b, t), start in sizes]
 
 
 def _passes(policy, batch, micro: int) -> tuple[float, float, torch.Tensor]:
@@ -92,17 +89,23 @@ def probe_shapes(sizes: dict[str, int], rows: int, head_rows: int) -> dict[str, 
     }
 
 
-def probe_seconds(sizes: dict[str, int], rows: list[int], head_rows: list[int], rates: dict[str, float], dtype: str) -> dict[str, float]:
-    """The time one forward's matmuls take at the probe's rates (GFLOP/s by shape key): decoder layers
-    and LM head apart, summed over the micro-batches (each at the mean micro-batch's rates)."""
-    shapes = probe_shapes(sizes, round(statistics.fmean(rows)), round(statistics.fmean(head_rows)))
+def probe_seconds(
+    shapes: dict[str, tuple[tuple[int, int, int], int]],
+    layers: int,
+    rows: list[int],
+    head_rows: list[int],
+    rates: dict[str, float],
+    dtype: str,
+) -> dict[str, float]:
+    """The time one forward's matmuls (``probe_shapes``) take at the probe's rates (GFLOP/s by shape key):
+    decoder layers and LM head apart, summed over the micro-batches (each at the mean micro-batch's rates)."""
     out = {"layers": 0.0, "head": 0.0}
     for name, ((_, k, n), count) in shapes.items():
         rate = rates[f"{dtype}:{name}"] * 1e9
         if name == "head":
             out["head"] += sum(2 * r * k * n for r in head_rows) / rate
         else:
-            out["layers"] += sizes["layers"] * count * sum(2 * r * k * n for r in rows) / rate
+            out["layers"] += layers * count * sum(2 * r * k * n for r in rows) / rate
     return out
 
 
@@ -179,7 +182,7 @@ def main() -> None:
     diff = float((logp_by_dtype["bfloat16"] - logp_by_dtype["float32"]).abs().mean())
     limit: dict[str, dict[str, float]] = {}
     for dtype in ("float32", "bfloat16"):
-        fwd = probe_seconds(sizes, rows, head_rows, rates, dtype)
+        fwd = probe_seconds(shapes, sizes["layers"], rows, head_rows, rates, dtype)
         one = fwd["layers"] + fwd["head"]
         update_probe = 2 * one + (fwd["layers"] if checkpointing else 0.0)  # forward + backward to the inputs (+ recompute)
         limit[dtype] = {

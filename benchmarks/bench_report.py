@@ -72,6 +72,11 @@ def headline(parts: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def measured_commit(part: dict[str, Any]) -> str:
+    """The commit a saved result was measured at (the TRL result keeps it under ``settings``)."""
+    return part.get("commit") or part.get("settings", {}).get("commit", "unknown")
+
+
 def performance_goals(parts: dict[str, Any]) -> dict[str, Any]:
     """Issue 28's goals, each with its measured value, its target, whether it is met and the commit it was
     measured at (``None`` where its benchmark has not run)."""
@@ -79,14 +84,12 @@ def performance_goals(parts: dict[str, Any]) -> dict[str, Any]:
     def goal(part: str, value: Any, target: float, below: bool = True) -> dict[str, Any] | None:
         if value is None or parts.get(part) is None:
             return None
-        got = parts[part]
-        at = got.get("commit") or got.get("settings", {}).get("commit")
         return {
             "value": value,
             "target": target,
             "at_most": below,
             "met": bool(value <= target if below else value >= target),
-            "commit": at,
+            "commit": measured_commit(parts[part]),
             "from": PARTS[part],
         }
 
@@ -352,7 +355,7 @@ def main() -> None:
             lines += [f"Not measured here yet: `{PARTS[name]}`.", ""]
             continue
         when = part.get("measured_at") or part.get("settings", {}).get("measured_at", "unknown date")
-        where = part.get("commit") or part.get("settings", {}).get("commit", "unknown")
+        where = measured_commit(part)
         stale = f" (the code has changed since: re-run `{PARTS[name]}` to refresh)" if code_changed_since(where) else ""
         lines += [f"Measured {when} at `{where}`{stale}.", ""]
         try:
