@@ -147,3 +147,41 @@ def test_mini_batches_take_one_step_per_mini_batch_and_fewer_when_filtered(make_
 def test_negative_mini_batch_size_is_a_user_error(make_cfg):
     with pytest.raises(UserError, match="mini_batch_size"):
         make_cfg("algorithm.mini_batch_size=-1").algorithm.validate()
+
+
+def test_reference_pass_runs_each_prompt_once_and_equals_whole_sequence_forwards(make_cfg, tiny_policy):
+    # Real multi-turn FrozenLake rollouts, LoRA moved off zero (so switching the adapter off matters),
+    # several optimizer steps and odd batch sizes: the reference log-probs that score() computes with
+    # each group's prompt run once equal a forward over every whole sequence with the adapter off.
+    from agentcollapse.lightning import update as phases
+    from agentcollapse.rollout.runner import collect_rollouts
+
+    module = _module(
+        make_cfg,
+        tiny_policy,
+        "rollout.num_prompts=3",
+        "algorithm.kl_coef=0.01",
+        "algorithm.mini_batch_size=4",
+        "algorithm.micro_batch_size=3",
+        "algorithm.reference_batch_size=5",
+    )
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in module.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.05)
+    batch, _ = collect_rollouts(tiny_policy, module.make_env, module.train_env_seeds(0), 4, 1.0, 12, sample_seed=3)
+    assert max(len(t.turns) for t in batch.trajectories) > 1
+    plan = phases.plan_update(module, batch, Selection(np.arange(3), None, 1.0))
+    assert len(plan.steps) > 1
+    phases.score(module, plan)
+    for mb in plan.micro:
+        mask = mb.tensors["response_mask"]
+        with torch.no_grad():
+            with module.model.disable_adapter():
+                whole = module.forward_sequences(mb.tensors, with_values=False)[1]
+            policy = module.forward_sequences(mb.tensors, with_values=False)[1]
+        assert mb.ref_logp.shape == mask.shape
+        assert torch.allclose(mb.ref_logp * mask, whole * mask, atol=1e-5)
+        assert (mb.ref_logp * mask != 0).any()
+        assert not torch.allclose(policy * mask, whole * mask, atol=1e-3)  # the adapter really was off

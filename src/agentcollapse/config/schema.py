@@ -253,6 +253,9 @@ class AlgorithmConfig:
     )
     # 8, not 32: the tiny model's activations then stay in cache (measured 1.5-2x faster updates on CPU)
     micro_batch_size: int = opt(8, help="sequences per forward/backward (the loss is the same for any size)")
+    reference_batch_size: int = opt(
+        16, help="sequences per reference-policy forward (kl_coef > 0; no grad, each runs only its tokens after its group's shared prompt)"
+    )
     max_grad_norm: float = opt(1.0, help="gradient clipping norm")
     max_nonfinite_steps: int = opt(5, help="NaN/inf losses in a row before the run stops")
     rollout_correction: str = opt(
@@ -264,7 +267,7 @@ class AlgorithmConfig:
     def validate(self) -> None:
         for key in ("kl_coef", "entropy_coef", "clip_low", "clip_high", "clip_ratio_c", "gamma", "lam", "lr", "critic_lr", "max_grad_norm"):
             _finite(f"algorithm.{key}", getattr(self, key))
-        for key in ("ppo_epochs", "micro_batch_size", "max_nonfinite_steps"):
+        for key in ("ppo_epochs", "micro_batch_size", "reference_batch_size", "max_nonfinite_steps"):
             _at_least(f"algorithm.{key}", getattr(self, key), 1)
         _at_least("algorithm.max_resample_rounds", self.max_resample_rounds, 0)
         _at_least("algorithm.mini_batch_size", self.mini_batch_size, 0)

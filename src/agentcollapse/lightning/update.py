@@ -2,7 +2,8 @@
 
 1. :func:`plan_update`: the kept sequences, their optimizer steps (mini-batches) and this rank's
    micro-batches, one :class:`MicroBatch` each, with every step's loss weights;
-2. :func:`score`: behaviour and reference log-probs and old values (no grad);
+2. :func:`score`: behaviour and reference log-probs and old values (no grad; the reference pass runs
+   each group's prompt once, :func:`reference_logprobs`);
 3. :func:`assign_advantages`: group-relative per trajectory, or GAE (PPO);
 4. :func:`optimise`: per PPO epoch one optimizer step per mini-batch; per-micro-batch statistics;
 5. :func:`summarise`: the iteration's ``actor/*``, ``critic/*`` and ``perf/*`` metrics.
@@ -32,6 +33,7 @@ from agentcollapse.algorithms import (
 )
 from agentcollapse.lightning import distributed
 from agentcollapse.lightning.hooks import Selection
+from agentcollapse.models.continuations import continuation_logprobs
 from agentcollapse.rollout.batch import RolloutBatch
 from agentcollapse.rollout.sequences import Sequences, build_sequences, collate
 
@@ -48,6 +50,7 @@ __all__ = [
     "mini_batches",
     "optimise",
     "plan_update",
+    "reference_logprobs",
     "score",
     "summarise",
 ]
@@ -170,9 +173,41 @@ def score(module: LightningModule, plan: UpdatePlan) -> None:
             _, logp, values = module.forward_sequences(mb.tensors, with_values=algo.use_critic)
             mb.old_logp = None if plan.on_policy else logp
             mb.old_values = values
-        if algo.kl_coef > 0:
-            with module.model.disable_adapter():
-                mb.ref_logp = module.forward_sequences(mb.tensors, with_values=False)[1]
+    if algo.kl_coef > 0:
+        reference_logprobs(module, plan)
+
+
+def first_response_position(loss_mask: list[int]) -> int:
+    """Index of a sequence's first generated token (its length when it has none)."""
+    return next((p for p, m in enumerate(loss_mask) if m), len(loss_mask))
+
+
+@torch.no_grad()
+def reference_logprobs(module: LightningModule, plan: UpdatePlan) -> None:
+    """The reference policy's (adapter off) log-probs of every micro-batch, aligned with its
+    ``response_mask`` (zero off each sequence's tokens after its prompt).
+
+    A group's G sequences start with the same prompt, so each sequence is scored as a continuation
+    of its first prompt (``continuation_logprobs``): each distinct prompt runs one forward and each
+    sequence only its own tokens after it, where a forward over every whole sequence would run each
+    prompt G times. Equal to that forward up to float rounding (tested). The forwards follow the
+    data, not the micro-batches, so FSDP's weights are gathered once around them (``whole_weights``)."""
+    seqs = plan.seqs
+    members = sorted({i for mb in plan.micro for i in mb.members})
+    starts = {i: first_response_position(seqs.loss_mask[i]) for i in members}
+    pairs = [(seqs.input_ids[i][: starts[i]], seqs.input_ids[i][starts[i] :]) for i in members]
+    with distributed.whole_weights(module), module.model.disable_adapter():
+        scored = continuation_logprobs(module.model, pairs, batch_size=module.cfg.algorithm.reference_batch_size)
+    by_sequence = dict(zip(members, scored))
+    for mb in plan.micro:
+        mask = mb.tensors["response_mask"]
+        first_target = int(mb.tensors["logits_from"]) + 1  # input position of response_mask's column 0
+        ref = torch.zeros(mask.shape, dtype=torch.float32)
+        for row, i in enumerate(mb.members):
+            logp = by_sequence[i]
+            column = starts[i] - first_target
+            ref[row, column : column + len(logp)] = logp
+        mb.ref_logp = ref.to(mask.device)
 
 
 def assign_advantages(module: LightningModule, plan: UpdatePlan) -> None:
