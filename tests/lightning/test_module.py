@@ -185,3 +185,44 @@ def test_reference_pass_runs_each_prompt_once_and_equals_whole_sequence_forwards
         assert torch.allclose(mb.ref_logp * mask, whole * mask, atol=1e-5)
         assert (mb.ref_logp * mask != 0).any()
         assert not torch.allclose(policy * mask, whole * mask, atol=1e-3)  # the adapter really was off
+
+
+@pytest.mark.parametrize("algorithm", ["grpo", "ppo"])
+def test_update_running_each_prompt_once_equals_the_whole_sequence_update(make_cfg, tiny_policy, monkeypatch, algorithm):
+    # The same real multi-turn batch trained from the same weights, with each micro-batch's shared
+    # prompt run once (micro-batches of one group) and with whole sequences: the same LoRA weights,
+    # value head (PPO) and statistics after the update, up to float rounding.
+    from agentcollapse.lightning import module as module_file
+    from agentcollapse.rollout.runner import collect_rollouts
+
+    overrides = (f"algorithm={algorithm}", "rollout.num_prompts=3", "algorithm.kl_coef=0.01", "algorithm.micro_batch_size=3")
+    start = _snapshot(tiny_policy.model)
+    batch = None
+    calls = []
+    real_forward = module_file.shared_prefix_forward
+    monkeypatch.setattr(module_file, "shared_prefix_forward", lambda *a, **kw: (calls.append(1), real_forward(*a, **kw))[1])
+    results = {}
+    for shared in (True, False):
+        with torch.no_grad():
+            for name, p in tiny_policy.model.named_parameters():
+                p.copy_(start[name])
+        monkeypatch.setattr(AgentRLModule, "prompts_shared", lambda self, shared=shared: shared)
+        torch.manual_seed(0)
+        module = _module(make_cfg, tiny_policy, *overrides)
+        if batch is None:
+            batch, _ = collect_rollouts(tiny_policy, module.make_env, module.train_env_seeds(0), 4, 1.0, 12, sample_seed=3)
+            assert max(len(t.turns) for t in batch.trajectories) > 1
+        calls.clear()
+        metrics = module.update(batch, Selection(np.arange(3), None, 1.0))
+        assert (len(calls) > 0) == shared
+        weights = _snapshot(module.model)
+        if module.value_head is not None:
+            weights.update({f"value_head.{n}": p.detach().clone() for n, p in module.value_head.named_parameters()})
+        results[shared] = (metrics, weights)
+    (m_shared, w_shared), (m_whole, w_whole) = results[True], results[False]
+    changed = [n for n in w_whole if not torch.equal(w_whole[n], start.get(n, w_whole[n]))]
+    assert any("lora_" in n for n in changed)
+    for name, w in w_whole.items():
+        assert torch.allclose(w_shared[name], w, atol=1e-6), name
+    for key in ("actor/pg_loss", "actor/kl", "actor/entropy", "actor/grad_norm") + (("critic/value_loss",) if algorithm == "ppo" else ()):
+        assert m_shared[key] == pytest.approx(m_whole[key], rel=1e-4, abs=1e-7), key

@@ -29,6 +29,7 @@ from agentcollapse.filtering import groups_with_signal
 from agentcollapse.lightning import distributed, evaluation
 from agentcollapse.lightning import update as phases
 from agentcollapse.lightning.hooks import RolloutHook, Selection
+from agentcollapse.models.continuations import shared_prefix_forward
 from agentcollapse.models.hf import base_model, folded_lora_weights
 from agentcollapse.models.policy import Policy
 from agentcollapse.models.value_head import ValueHead
@@ -295,7 +296,7 @@ class AgentRLModule(L.LightningModule):
         seqs = build_sequences(rollout)
         totals = np.zeros(len(rollout.trajectories))
         counts = np.zeros(len(rollout.trajectories))
-        for idx in phases.micro_batches(seqs, self.cfg.algorithm.micro_batch_size):
+        for idx in phases.micro_batches(seqs, self.cfg.algorithm.micro_batch_size, by_prompt=self.prompts_shared()):
             mb = collate(seqs, idx, self.pad_id, self.device)
             logits = self.forward_sequences(mb, with_values=False)[0]
             ent = entropy_from_logits(logits[:, :-1]) * mb["response_mask"]
@@ -316,11 +317,25 @@ class AgentRLModule(L.LightningModule):
         # masked half of the score matrix (measured: ~10-15% of the update at FrozenLake's ~600 tokens).
         # Logits only from the batch's first target position on (collate's logits_from): every
         # returned tensor is aligned with mb["response_mask"].
+        # Rows that begin with the same tokens up to there (a group's prompt: micro_batches keeps a
+        # group together when prompts_shared) run them once (shared_prefix_forward).
+        ids = mb["input_ids"]
         start = int(mb["logits_from"])
-        keep = {"logits_to_keep": mb["input_ids"].shape[1] - start} if start else {}
-        out = self.model(input_ids=mb["input_ids"], output_hidden_states=with_values, **keep)
-        values = self.value_head(out.hidden_states[-1][:, start:-1]) if with_values and self.value_head is not None else None
-        return out.logits, gather_logprobs(out.logits, mb["input_ids"], start), values
+        if start and len(ids) > 1 and self.prompts_shared() and bool((ids[:, :start] == ids[:1, :start]).all()):
+            out = shared_prefix_forward(self.model, ids, start, output_hidden_states=with_values)
+            hidden_from = 0  # its hidden states begin at position start
+        else:
+            keep = {"logits_to_keep": ids.shape[1] - start} if start else {}
+            out = self.model(input_ids=ids, output_hidden_states=with_values, **keep)
+            hidden_from = start
+        values = self.value_head(out.hidden_states[-1][:, hidden_from:-1]) if with_values and self.value_head is not None else None
+        return out.logits, gather_logprobs(out.logits, ids, start), values
+
+    def prompts_shared(self) -> bool:
+        """Whether a micro-batch's rows run their shared prompt once (``shared_prefix_forward``): not
+        under gradient checkpointing (transformers drops the cache there) nor FSDP (one forward per
+        micro-batch is what its hooks were checked with)."""
+        return not getattr(base_model(self.model), "is_gradient_checkpointing", False) and not distributed.fsdp_modules(self.model)
 
     def update(self, rollout: RolloutBatch, selection: Selection) -> dict[str, float]:
         """Optimizer steps on the selected groups of ``rollout`` (the phases: ``lightning.update``)."""

@@ -46,6 +46,7 @@ __all__ = [
     "StepWeight",
     "UpdatePlan",
     "assign_advantages",
+    "first_response_position",
     "micro_batches",
     "mini_batches",
     "optimise",
@@ -100,12 +101,19 @@ class UpdatePlan:
     on_policy: bool  # one epoch of one step: the behaviour policy is the one being updated
 
 
-def micro_batches(seqs: Sequences, size: int, members: list[int] | None = None) -> list[list[int]]:
+def micro_batches(seqs: Sequences, size: int, members: list[int] | None = None, by_prompt: bool = False) -> list[list[int]]:
     """Micro-batches of ``size`` similar-length sequences (little padding), in a fixed order, over
-    ``members`` (sequence indices; all of them by default)."""
+    ``members`` (sequence indices; all of them by default). ``by_prompt``: each holds sequences of one
+    first prompt only (a group's), so that its forward runs that prompt once
+    (``AgentRLModule.prompts_shared``)."""
     pool = range(len(seqs.input_ids)) if members is None else members
     order = sorted(pool, key=lambda i: len(seqs.input_ids[i]))
-    return [order[i : i + size] for i in range(0, len(order), size)]
+    if not by_prompt:
+        return [order[i : i + size] for i in range(0, len(order), size)]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for i in order:
+        groups.setdefault(tuple(seqs.input_ids[i][: first_response_position(seqs.loss_mask[i])]), []).append(i)
+    return [group[k : k + size] for group in groups.values() for k in range(0, len(group), size)]
 
 
 def mini_batches(seqs: Sequences, size: int) -> list[list[int]]:
@@ -143,7 +151,7 @@ def plan_update(module: LightningModule, rollout: RolloutBatch, selection: Selec
     micro: list[MicroBatch] = []
     offset = 0
     for step, members in enumerate(steps):
-        every = micro_batches(seqs, cfg.micro_batch_size, members)
+        every = micro_batches(seqs, cfg.micro_batch_size, members, by_prompt=module.prompts_shared())
         costs = [len(idx) * max(len(seqs.input_ids[i]) for i in idx) for idx in every]
         shares = distributed.deal_evenly(costs, size)
         for k in shares[rank]:

@@ -12,11 +12,15 @@ continuation length, so padding stays small; each batch gets a fresh ``DynamicCa
 the kept tensors, which the forward grows by concatenation into new storage, so the kept prefixes
 are never mutated. Results equal a plain forward over ``prefix + continuation`` up to float rounding
 (tested against one).
+
+``shared_prefix_forward`` is the same idea with gradients, for the update: the rows of one micro-batch
+that share a group's prompt run it once and only their own tokens after it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -34,7 +38,7 @@ from agentcollapse.models.hf import (
 )
 from agentcollapse.models.logprobs import token_logprobs
 
-__all__ = ["PairMemo", "continuation_logprobs"]
+__all__ = ["PairMemo", "continuation_logprobs", "shared_prefix_forward"]
 
 PairMemo = dict[tuple[tuple[int, ...], tuple[int, ...]], torch.Tensor]
 """(prefix ids, continuation ids) -> the continuation's per-token log-probs (float32 CPU)."""
@@ -181,3 +185,25 @@ def _score_into(
                 for row, (n_z, _, i, j) in enumerate(chunk):
                     memo[(block[i], todo[block[i]][j])] = tok_lp[row, :n_z].clone()
             del stacked
+
+
+def shared_prefix_forward(model: torch.nn.Module, input_ids: torch.Tensor, start: int, **kwargs) -> Any:
+    """The model's output at positions ``start ..`` of rows that all begin with the same ``start`` tokens.
+
+    The shared tokens run once, in one row (``use_cache=True``), and every row runs only its tokens
+    from ``start`` on, over the shared keys/values broadcast to every row (a view, not a copy), with
+    its positions going on from ``start``: the outputs ``model(input_ids, logits_to_keep=T - start)``
+    gives at those positions (``logits``, and ``hidden_states`` when ``output_hidden_states=True``;
+    ``kwargs`` go to that forward), up to float rounding. Differentiable: the gradients of every row
+    reach the shared keys/values and through them the one prefix forward. Rows must be right-padded
+    (causality hides the padding, as in a plain forward without an attention mask) and ``start`` >= 1.
+    Not under gradient checkpointing, where transformers drops the cache."""
+    b, t = input_ids.shape
+    if not 1 <= start < t:
+        raise ValueError(f"start={start} must leave a shared prefix and at least one position after it ({t} positions)")
+    params = forward_params(model)
+    prefix = model(input_ids=input_ids[:1, :start], use_cache=True, **({"logits_to_keep": 1} if "logits_to_keep" in params else {}))
+    layers = [(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in layer_tensors(output_cache(prefix))]
+    cache = cache_from_layers(layers, getattr(base_model(model), "config", None))
+    positions = torch.arange(start, t, device=input_ids.device).expand(b, -1)
+    return model(input_ids=input_ids[:, start:], position_ids=positions, use_cache=True, **{cache_kwarg(params): cache}, **kwargs)
