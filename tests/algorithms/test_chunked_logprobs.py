@@ -37,3 +37,19 @@ def test_entropy_blocks_match_the_dense_entropy_with_gradients():
     torch.testing.assert_close(grad, x.grad)
     with torch.no_grad():
         torch.testing.assert_close(entropy_from_logits(x[:, :-1]), dense.detach())
+
+
+def test_token_logprobs_of_a_small_vocabulary_in_one_op_match_log_softmax():
+    # below CHUNK_ELEMENTS every row goes at once: same values and gradients, from a sliced (non-contiguous) view
+    x = (torch.randn((5, 13, 300), generator=torch.Generator().manual_seed(2)) * 3).requires_grad_(True)
+    targets = torch.randint(0, 300, (5, 12), generator=torch.Generator().manual_seed(3))
+    got = token_logprobs(x[:, :-1], targets)
+    (got * torch.linspace(0, 1, 12)).sum().backward()
+    grad, x.grad = x.grad.clone(), None
+    dense = torch.log_softmax(x[:, :-1], -1).gather(-1, targets[..., None]).squeeze(-1)
+    (dense * torch.linspace(0, 1, 12)).sum().backward()
+    assert got.dtype == torch.float32 and got.shape == (5, 12)
+    torch.testing.assert_close(got, dense)
+    torch.testing.assert_close(grad, x.grad)
+    half = token_logprobs(x.detach()[:, :-1].bfloat16(), targets)
+    assert half.dtype == torch.float32
