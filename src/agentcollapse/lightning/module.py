@@ -321,7 +321,7 @@ class AgentRLModule(L.LightningModule):
         # group together when prompts_shared) run them once (shared_prefix_forward).
         ids = mb["input_ids"]
         start = int(mb["logits_from"])
-        if start and len(ids) > 1 and self.prompts_shared() and bool((ids[:, :start] == ids[:1, :start]).all()):
+        if self.shared_prefix_length(mb):
             out = shared_prefix_forward(self.model, ids, start, output_hidden_states=with_values)
             hidden_from = 0  # its hidden states begin at position start
         else:
@@ -331,10 +331,18 @@ class AgentRLModule(L.LightningModule):
         values = self.value_head(out.hidden_states[-1][:, hidden_from:-1]) if with_values and self.value_head is not None else None
         return out.logits, gather_logprobs(out.logits, ids, start), values
 
+    def shared_prefix_length(self, mb: dict[str, torch.Tensor]) -> int:
+        """The leading tokens every row of the collated ``mb`` shares, which ``forward_sequences`` runs
+        once (0: it runs the whole rows)."""
+        ids, start = mb["input_ids"], int(mb["logits_from"])
+        shared = start > 0 and len(ids) > 1 and self.prompts_shared() and bool((ids[:, :start] == ids[:1, :start]).all())
+        return start if shared else 0
+
     def prompts_shared(self) -> bool:
         """Whether a micro-batch's rows run their shared prompt once (``shared_prefix_forward``): not
         under gradient checkpointing (transformers drops the cache there) nor FSDP (one forward per
-        micro-batch is what its hooks were checked with)."""
+        micro-batch is what its hooks were checked with). With LoRA dropout the shared prompt draws
+        one dropout mask for its rows instead of one each: the same expected gradient."""
         return not getattr(base_model(self.model), "is_gradient_checkpointing", False) and not distributed.fsdp_modules(self.model)
 
     def update(self, rollout: RolloutBatch, selection: Selection) -> dict[str, float]:

@@ -80,6 +80,7 @@ class MicroBatch:
     value_targets: torch.Tensor | None = None  # PPO: GAE returns
     padding: bool = False  # a zero-weight stand-in that keeps this rank in step with the others
     token_weights: torch.Tensor | None = None  # the rollout correction's per-token loss weights (vLLM)
+    positions: int = 0  # token positions its forward computes (a shared prompt counted once)
 
 
 @dataclass(frozen=True)
@@ -155,7 +156,10 @@ def plan_update(module: LightningModule, rollout: RolloutBatch, selection: Selec
         costs = [len(idx) * max(len(seqs.input_ids[i]) for i in idx) for idx in every]
         shares = distributed.deal_evenly(costs, size)
         for k in shares[rank]:
-            micro.append(MicroBatch(every[k], collate(seqs, every[k], module.pad_id, module.device), step, offset + k))
+            tensors = collate(seqs, every[k], module.pad_id, module.device)
+            rows, width = tensors["input_ids"].shape
+            positions = rows * width - (rows - 1) * module.shared_prefix_length(tensors)
+            micro.append(MicroBatch(every[k], tensors, step, offset + k, positions=positions))
         for _ in range(max(map(len, shares)) - len(shares[rank])):
             shortest = [every[0][0]]  # micro_batches sorts by length: the cheapest forward there is
             micro.append(MicroBatch(shortest, collate(seqs, shortest, module.pad_id, module.device), step, -1, padding=True))
@@ -344,5 +348,5 @@ def summarise(
     out["actor/loss_scale"] = float(loss_scale)
     out["actor/num_sequences"] = float(len(plan.seqs.input_ids))
     out["actor/optimizer_steps"] = float(len(grad_norms))
-    out["perf/update_tokens"] = float(sum(mb.tensors["input_ids"].numel() for mb in plan.micro if not mb.padding))
+    out["perf/update_tokens"] = float(sum(mb.positions for mb in plan.micro if not mb.padding))
     return out
