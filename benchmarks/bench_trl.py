@@ -9,7 +9,7 @@ imports trl.
 
 Both sides train the same single-turn task (Countdown prompts rendered by our chat template, the
 same token ids), P x G completions per iteration (default 8 x 16 = 128), at most ``--max-new-tokens``
-(40) each, with the same LoRA (r, alpha, dropout, target modules of ``model=tiny``), sampling at T=1,
+(40) each, with the same LoRA (r, alpha, dropout, target modules of ``model=tiny``, or as overridden: both sides), sampling at T=1,
 on ``--threads`` torch threads:
 
 * **ours**: ``agentcollapse train`` (the CLI, as ``benchmarks.bench_iteration``) with ``env=countdown``,
@@ -253,7 +253,8 @@ def trl_worker(args: argparse.Namespace) -> None:
     from agentcollapse.models.policy import Policy
     from agentcollapse.models.tiny import load_tokenizer
 
-    cfg = base_config(model_overrides(args.model_name))
+    # our side's overrides too: a LoRA or seed changed for ours is TRL's as well
+    cfg = base_config([*model_overrides(args.model_name), *args.overrides])
     model_dir = Path(args.trl_worker)
     tokenizer = load_tokenizer(model_dir)
     if tokenizer.pad_token_id is None:  # as our policy loader does (SmolLM2 names no pad token)
@@ -373,6 +374,8 @@ def run_trl(model_dir: Path, args: argparse.Namespace, out_file: Path) -> dict[s
         *(f"--{k}={getattr(args, k.replace('-', '_'))}" for k in ("steps", "threads", "prompts", "group", "max-new-tokens", "model-name")),
         f"--trl-arg=beta={args.beta}",  # first: an explicit --trl-arg beta=... still wins
         *(f"--trl-arg={a}" for a in args.trl_arg),
+        "--",
+        *args.overrides,
     ]
     proc = subprocess.run(cmd, env=subprocess_env(ROOT / "src", args.threads), capture_output=True, text=True, cwd=ROOT)
     if proc.returncode != 0:
@@ -512,10 +515,10 @@ def entry_args(args: argparse.Namespace, name: str) -> argparse.Namespace:
     out = argparse.Namespace(**vars(args))
     out.model_name = name
     out.model_overrides = model_overrides(name)
-    lora = base_config(out.model_overrides).model.lora
-    out.lora = {k: getattr(lora, k) for k in ("r", "alpha", "dropout", "target_modules")}
+    cfg = base_config([*out.model_overrides, *args.overrides])  # what our side trains (the TRL worker composes the same)
+    out.lora = {k: getattr(cfg.model.lora, k) for k in ("r", "alpha", "dropout", "target_modules")}
     # the same objective on both sides by default: TRL's k3 KL term (adapter off, as ours) at our coefficient
-    out.kl_coef = base_config([*out.model_overrides, *args.overrides]).algorithm.kl_coef
+    out.kl_coef = cfg.algorithm.kl_coef
     try:
         out.beta = out.kl_coef if args.trl_beta == "matched" else float(args.trl_beta)
     except ValueError:
