@@ -60,7 +60,7 @@ def group_loss_terms(module: Any, batch: RolloutBatch, groups: list[int] | np.nd
     total_tokens = float(sum(sum(m) for m in seqs.loss_mask)) or 1.0
     task = zero
     reg = zero
-    for idx in micro_batches(seqs, module.cfg.algorithm.micro_batch_size, by_prompt=module.prompts_shared()):
+    for idx in micro_batches(seqs, module.cfg.algorithm.micro_batch_size, share_prompts=module.prompts_shared()):
         mb = collate(seqs, idx, module.pad_id, device)
         mask = mb["response_mask"]
         logits, logp, _ = module.forward_sequences(mb, with_values=False)

@@ -296,7 +296,7 @@ class AgentRLModule(L.LightningModule):
         seqs = build_sequences(rollout)
         totals = np.zeros(len(rollout.trajectories))
         counts = np.zeros(len(rollout.trajectories))
-        for idx in phases.micro_batches(seqs, self.cfg.algorithm.micro_batch_size, by_prompt=self.prompts_shared()):
+        for idx in phases.micro_batches(seqs, self.cfg.algorithm.micro_batch_size, share_prompts=self.prompts_shared()):
             mb = collate(seqs, idx, self.pad_id, self.device)
             logits = self.forward_sequences(mb, with_values=False)[0]
             ent = entropy_from_logits(logits[:, :-1]) * mb["response_mask"]
