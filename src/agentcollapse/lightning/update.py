@@ -47,6 +47,7 @@ __all__ = [
     "UpdatePlan",
     "assign_advantages",
     "first_response_position",
+    "forward_positions",
     "micro_batches",
     "mini_batches",
     "optimise",
@@ -124,14 +125,20 @@ def micro_batches(seqs: Sequences, size: int, members: list[int] | None = None, 
     return by_prompt if _positions(seqs, by_prompt, shared=True) < _positions(seqs, by_length, shared=False) else by_length
 
 
+def forward_positions(rows: int, width: int, shared_prefix: int) -> int:
+    """Token positions one forward over ``rows`` sequences padded to ``width`` computes, the
+    ``shared_prefix`` tokens every row begins with run once (``AgentRLModule.forward_sequences``)."""
+    return rows * width - (rows - 1) * shared_prefix
+
+
 def _positions(seqs: Sequences, batches: list[list[int]], shared: bool) -> int:
-    """Token positions the forwards over ``batches`` compute, each padded to its longest sequence, with
+    """:func:`forward_positions` summed over ``batches``, each padded to its longest sequence, with
     (``shared``) the prompt every row of a batch shares run once (as ``collate`` and ``forward_sequences`` do)."""
     total = 0
     for idx in batches:
         width = max(len(seqs.input_ids[i]) for i in idx)
         prompt = min(first_response_position(seqs.loss_mask[i]) for i in idx) - 1 if shared else 0
-        total += width * len(idx) - (len(idx) - 1) * max(prompt, 0)
+        total += forward_positions(len(idx), width, max(prompt, 0))
     return total
 
 
@@ -175,8 +182,7 @@ def plan_update(module: LightningModule, rollout: RolloutBatch, selection: Selec
         shares = distributed.deal_evenly(costs, size)
         for k in shares[rank]:
             tensors = collate(seqs, every[k], module.pad_id, module.device)
-            rows, width = tensors["input_ids"].shape
-            positions = rows * width - (rows - 1) * module.shared_prefix_length(tensors)
+            positions = forward_positions(*tensors["input_ids"].shape, module.shared_prefix_length(tensors))
             micro.append(MicroBatch(every[k], tensors, step, offset + k, positions=positions))
         for _ in range(max(map(len, shares)) - len(shares[rank])):
             shortest = [every[0][0]]  # micro_batches sorts by length: the cheapest forward there is
