@@ -6,7 +6,7 @@ import torch
 
 from agentcollapse.run.trainer import attach_to_trainer
 
-__all__ = ["attach_to_trainer", "hand_batch", "snapshot"]
+__all__ = ["attach_to_trainer", "hand_batch", "small_llama", "snapshot"]
 from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
 
 
@@ -35,3 +35,21 @@ def hand_batch(policy, rewards) -> RolloutBatch:
 
 def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def small_llama(vocab: int, layers: int = 2, heads: int = 4, kv_heads: int = 2, seed: int = 0):
+    """A randomly initialised transformers Llama of hidden size 32 (fixed seed): a real model for the
+    scoring tests, small enough to run pair by pair."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(
+        vocab_size=vocab,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=128,
+    )
+    return LlamaForCausalLM(cfg)

@@ -7,8 +7,7 @@ import math
 
 import numpy as np
 import pytest
-import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from agentcollapse.diagnostics import (
     BATCH_KEYS,
@@ -22,6 +21,7 @@ from agentcollapse.diagnostics import (
     sampler_prefix,
 )
 from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
+from tests.helpers import small_llama
 
 EMA_KEYS = ("marginal_std_ema", "marginal_std_seq_ema", "mi_zscore_ema", "mi_zscore_ema_seq")
 P, G, TURNS = 3, 4, 2
@@ -38,17 +38,7 @@ class WordTokenizer:
 
 
 def _model() -> LlamaForCausalLM:
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=50,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-    )
-    return LlamaForCausalLM(cfg)
+    return small_llama(50, layers=1, heads=2)
 
 
 def _batch(rewards, blank=()) -> RolloutBatch:

@@ -1,25 +1,16 @@
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaForCausalLM
 
 from agentcollapse.diagnostics import cross_score, naive_cross_score
 from agentcollapse.diagnostics.cross_score import sequence_cross_score
+from tests.helpers import small_llama
 
 VOCAB = 50
 
 
 def _tiny_llama(seed: int = 0) -> LlamaForCausalLM:
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,  # GQA: exercises the cache head layout
-        max_position_embeddings=128,
-    )
-    return LlamaForCausalLM(cfg)
+    return small_llama(VOCAB, seed=seed)  # 2 layers, GQA (4 heads, 2 key/value): exercises the cache head layout
 
 
 def _ragged():

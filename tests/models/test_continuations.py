@@ -4,26 +4,16 @@ sequences, log-probs, logits and gradients alike, on a real transformers Llama w
 import pytest
 import torch
 from peft import LoraConfig, get_peft_model
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from agentcollapse.models.continuations import continuation_logprobs, shared_prefix_forward
 from agentcollapse.models.logprobs import token_logprobs
+from tests.helpers import small_llama
 
 VOCAB = 40
 
 
 def _lora_llama() -> torch.nn.Module:
-    torch.manual_seed(0)
-    cfg = LlamaConfig(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=128,
-    )
-    model = get_peft_model(LlamaForCausalLM(cfg), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj"]))
+    model = get_peft_model(small_llama(VOCAB), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "k_proj", "v_proj"]))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "lora_B" in name:
