@@ -44,6 +44,4 @@ def token_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         block = block.float()
         picked = block.gather(-1, targets[row, span, None]).squeeze(-1)
         out.append(picked - torch.logsumexp(block, dim=-1))
-    if not out:
-        return logits.new_zeros(targets.shape, dtype=torch.float32)
     return torch.cat(out).reshape(targets.shape)
