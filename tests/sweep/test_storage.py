@@ -7,7 +7,7 @@ import pytest
 
 from agentcollapse.errors import UserError
 from agentcollapse.sweep.settings import SweepSettings
-from agentcollapse.sweep.storage import STORAGE_ENV, hide_password, sweep_storage, with_password, without_password
+from agentcollapse.sweep.storage import STORAGE_ENV, hide_password, mask_passwords, sweep_storage, with_password, without_password
 from agentcollapse.sweep.workers import run_workers
 
 SECRET = "s3cr3t-pw"
@@ -42,3 +42,17 @@ def test_urls_are_written_without_the_password_and_printed_with_it_hidden(monkey
     monkeypatch.setenv(STORAGE_ENV, WITH_PASSWORD)  # a trial gets the URL without it and takes it back from here
     assert with_password(WITHOUT) == WITH_PASSWORD
     assert with_password("postgresql+psycopg://sweeper@db.example:5432/other") == "postgresql+psycopg://sweeper@db.example:5432/other"
+
+
+def test_any_text_is_printed_with_every_password_masked():
+    """What the Makefile prints its command lines through (make sweep ARGS=...: test_sweep_e2e.py)."""
+    special = "p@ss:w/rd?#!%40"  # a raw @, :, /, ? and # in it too: masked whole, up to the last @
+    line = f"sweep hydra.sweeper.storage=postgresql+psycopg://sweeper:{special}@db.example:5432/study 'x=a b'"
+    assert mask_passwords(line) == "sweep hydra.sweeper.storage=postgresql+psycopg://sweeper:***@db.example:5432/study 'x=a b'"
+    assert mask_passwords(WITH_PASSWORD) == hide_password(WITH_PASSWORD)  # as the sweep prints one URL
+    several = f"a={WITH_PASSWORD},mysql://root:{SECRET}2@h/db b=https://u:{SECRET}3@example.com/x"
+    assert mask_passwords(several) == f"a={hide_password(WITH_PASSWORD)},mysql://root:***@h/db b=https://u:***@example.com/x"
+    keys = f"{WITHOUT}&password={SECRET}&x=1 PGPASSWORD='{SECRET} 2' db.password=\"{SECRET}\""
+    assert mask_passwords(keys) == f"{WITHOUT}&password=***&x=1 PGPASSWORD=*** db.password=***"
+    for clean in (WITHOUT, "sqlite:////tmp/s/study.db postgresql://db.example:5432/study", "user@host:path a:b@c", ""):
+        assert mask_passwords(clean) == clean

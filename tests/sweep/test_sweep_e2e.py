@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -93,3 +94,28 @@ def test_a_database_password_from_the_environment_is_in_no_file_and_no_output(ca
     assert f"sweep.storage='{without}'" in (sweep_dir / "0" / ".hydra" / "overrides.yaml").read_text()
     trial = optuna.load_study(study_name="sweep", storage=postgres_password_url).trials[0]
     assert trial.intermediate_values  # the trial's reporter reached the study with the environment's password
+
+
+def test_make_sweep_prints_no_password_from_args(tmp_path, postgres_password_url):
+    """``make sweep ARGS="hydra.sweeper.storage=<URL with its password>"``: the sweep refuses the URL, and make
+    prints the command line with the password masked as the sweep masks it, not as typed."""
+    import psycopg
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    if subprocess.run(["make", "-q", ".venv/.installed"], cwd=ROOT, capture_output=True).returncode != 0:
+        pytest.skip("the venv stamp is stale: `make sweep` would reinstall the environment first")
+    password = postgres_password_url.split(":")[2].split("@")[0]
+    masked = postgres_password_url.replace(f":{password}@", ":***@")
+    sweep_dir = tmp_path / "sweep"
+    args = f"hydra.sweeper.storage={postgres_password_url} algorithm.kl_coef=0.0"
+    cmd = ["make", "sweep", "SWEEP=smoke", "JOBS=1", f"DIR={sweep_dir}", f"ARGS={args}"]
+    proc = subprocess.run(cmd, cwd=ROOT, env={**_env(), "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    assert password not in proc.stdout + proc.stderr
+    assert f"agentcollapse sweep --name smoke --jobs 1 --dir {sweep_dir} " in proc.stdout  # the command line, shown
+    assert f" hydra.sweeper.storage={masked} algorithm.kl_coef=0.0" in proc.stdout
+    assert f"error: hydra.sweeper.storage={masked} holds a password" in proc.stderr and "Traceback" not in proc.stderr
+    assert not sweep_dir.exists()
+    with psycopg.connect(postgres_password_url.replace("+psycopg", ""), connect_timeout=10) as conn:  # nothing written there
+        assert conn.execute("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'").fetchone() == (0,)

@@ -6,18 +6,32 @@ or in a sweep file is copied into Hydra's saved configs and the printed resume c
 holds a password is refused: the password belongs in PostgreSQL's own ``PGPASSWORD`` or ``~/.pgpass``
 (psycopg reads both; the preferred way), or in ``AGENTCOLLAPSE_STORAGE``'s URL. A trial gets the URL
 without its password (``sweep.storage``) and takes the password back from the environment
-(:func:`with_password`); every URL that is printed has its password hidden (:func:`hide_password`).
+(:func:`with_password`); every URL that is printed has its password hidden (:func:`hide_password`), and
+so has any text that may hold one (:func:`mask_passwords`; ``python -m agentcollapse.sweep.storage --mask
+TEXT``, which the Makefile's recipes print their command lines through). This module imports only the
+standard library up front (SQLAlchemy in the functions that parse a URL), so that command starts fast.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import sys
 from pathlib import Path
 from typing import Any
 
 from agentcollapse.errors import UserError
 
-__all__ = ["STORAGE_ENV", "hide_password", "open_storage", "refuse_password", "sweep_storage", "with_password", "without_password"]
+__all__ = [
+    "STORAGE_ENV",
+    "hide_password",
+    "mask_passwords",
+    "open_storage",
+    "refuse_password",
+    "sweep_storage",
+    "with_password",
+    "without_password",
+]
 
 STORAGE_ENV = "AGENTCOLLAPSE_STORAGE"
 
@@ -62,6 +76,19 @@ def hide_password(url: str) -> str:
     except Exception:  # not a URL: print none of it, it may hold a password
         return "<storage URL>"
     return parsed.difference_update_query(_password_keys(parsed)).render_as_string(hide_password=True)
+
+
+# scheme://user:password@: the password runs to the last @ before a space or the next URL (a raw @ in it
+# is masked whole; SQLAlchemy would cut it at the first)
+_URL_PASSWORD = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)(?:(?!://)\S)+(?=@)")
+# password=... (a URL's query, a libpq conninfo, an override, PGPASSWORD=): quoted, or up to a space, &, # or quote
+_KEY_PASSWORD = re.compile(r"""(?<![A-Za-z0-9])((?:pg)?password=)(?:'[^']*'|"[^"]*"|[^\s&#'"]+)""", re.IGNORECASE)
+
+
+def mask_passwords(text: str) -> str:
+    """``text`` (a command line, a log line) with every URL's ``user:password@`` shown as ``user:***@``,
+    as :func:`hide_password` shows it, and every ``password=...`` as ``password=***``; the rest as it is."""
+    return _KEY_PASSWORD.sub(r"\1***", _URL_PASSWORD.sub(r"\1***", text))
 
 
 def refuse_password(url: str, where: str) -> None:
@@ -110,3 +137,16 @@ def open_storage(url: str, heartbeat_s: int | None = None) -> Any:
         kwargs["connect_args"] = {"timeout": 60}  # workers wait for each other's writes
     beats: dict[str, Any] = {"heartbeat_interval": heartbeat_s, "grace_period": 3 * heartbeat_s} if heartbeat_s else {}
     return optuna.storages.RDBStorage(with_password(url), engine_kwargs=kwargs, **beats)
+
+
+def _main(argv: list[str]) -> int:
+    """``python -m agentcollapse.sweep.storage --mask TEXT``: print TEXT through :func:`mask_passwords`."""
+    if len(argv) != 2 or argv[0] != "--mask":
+        print("usage: python -m agentcollapse.sweep.storage --mask TEXT (prints TEXT with every password as ***)", file=sys.stderr)
+        return 2
+    print(mask_passwords(argv[1]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv[1:]))
