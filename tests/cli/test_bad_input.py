@@ -81,7 +81,11 @@ CASES = {
     "model.path missing": (["model.path=/no/such/model"], ["model.path=/no/such/model does not exist"]),
     "qwen preset without its weights": (
         ["model=qwen2.5-3b", "model.path=/no/such/qwen"],
-        ["huggingface-cli download Qwen/Qwen2.5-3B-Instruct --local-dir /no/such/qwen", "model.path=/no/such/qwen"],
+        ["hf download Qwen/Qwen2.5-3B-Instruct --local-dir /no/such/qwen", "model.path=/no/such/qwen"],
+    ),
+    "qwen preset with no path at all (an offline node)": (
+        ["model=qwen2.5-3b", "model.path=null"],
+        ["needs its weights in a local directory", "nothing downloads at run time", "on a machine with network", "model.path=/models/"],
     ),
     "G=1 with GRPO": (["rollout.group_size=1"], ["algorithm=grpo", "rollout.group_size>=2", "got 1"]),
     "G=1 with a variance filter": (

@@ -56,7 +56,7 @@ def test_hub_preset_without_weights_names_the_download_command(preset, tmp_path,
         preflight(compose([f"model={preset}", f"model.path={missing}", f"cache_dir={cache_dir}"]), claim_run_dir=False)
     cfg = compose([f"model={preset}", f"model.path={_fake_causal_lm(tmp_path)}", f"cache_dir={cache_dir}"])
     line = str(err.value)
-    assert "\n" not in line and f"huggingface-cli download {cfg.model.hub_id} --local-dir {missing}" in line
+    assert "\n" not in line and f"hf download {cfg.model.hub_id} --local-dir {missing}" in line
     assert line.endswith(f"model.path={missing}")
     assert cfg.model.dtype == "bfloat16" and {"q_proj", "k_proj", "v_proj", "o_proj"} <= set(cfg.model.lora.target_modules)
 

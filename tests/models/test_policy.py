@@ -47,6 +47,60 @@ def test_directory_without_config(make_cfg, tmp_path):
         load_policy(cfg.model, cfg.env, cfg.cache_dir)
 
 
+QWEN = "Qwen/Qwen2.5-3B-Instruct"
+
+
+def _offline_advice(line: str, target) -> None:
+    """The one line a missing or unusable model directory gets: download elsewhere, copy, model.path."""
+    assert "\n" not in line and "nothing downloads at run time" in line and "on a machine with network" in line, line
+    assert f"hf download {QWEN} --local-dir {target}" in line and "copy that directory here" in line, line
+    assert line.endswith(f"model.path={target}"), line
+
+
+def test_a_model_path_that_does_not_exist_says_how_to_bring_the_weights(tmp_path):
+    from agentcollapse.models.policy import check_causal_lm_dir
+
+    missing = tmp_path / "no_weights"
+    with pytest.raises(UserError, match="does not exist") as err:
+        check_causal_lm_dir(missing, QWEN)
+    _offline_advice(str(err.value), missing)
+    with pytest.raises(UserError, match="a Hub id is not downloaded") as err:  # the Hub id itself, as if it would download
+        check_causal_lm_dir(QWEN, QWEN)
+    _offline_advice(str(err.value), "/models/Qwen2.5-3B-Instruct")
+
+
+def test_a_directory_without_config_json_says_how_to_bring_the_weights(tmp_path):
+    from agentcollapse.models.policy import check_causal_lm_dir
+
+    (tmp_path / "model.safetensors").write_bytes(b"\0" * 16)
+    with pytest.raises(UserError, match="has no config.json") as err:
+        check_causal_lm_dir(tmp_path, QWEN)
+    _offline_advice(str(err.value), tmp_path)
+
+
+def test_a_directory_without_weights_or_with_lfs_pointers_fails_before_loading(tmp_path):
+    from agentcollapse.models.policy import check_causal_lm_dir
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"]}))
+    with pytest.raises(UserError, match="no weight files") as err:
+        check_causal_lm_dir(tmp_path, QWEN)
+    _offline_advice(str(err.value), tmp_path)
+    pointer = "version https://git-lfs.github.com/spec/v1\noid sha256:0123\nsize 6171926976\n"
+    (tmp_path / "model-00001-of-00002.safetensors").write_text(pointer)
+    with pytest.raises(UserError, match="Git LFS pointers") as err:
+        check_causal_lm_dir(tmp_path, QWEN)
+    assert "git lfs pull" in str(err.value)
+    _offline_advice(str(err.value), tmp_path)
+
+
+def test_a_preset_with_no_path_says_to_download_elsewhere(cache_dir):
+    from agentcollapse.config.compose import compose
+
+    with pytest.raises(UserError, match="needs its weights in a local directory") as err:
+        compose(["model=qwen2.5-3b", "model.path=null", f"cache_dir={cache_dir}"])
+    _offline_advice(str(err.value), "/models/Qwen2.5-3B-Instruct")
+
+
 def test_unknown_model_name(make_cfg):
     cfg = make_cfg()
     cfg.model.name = "gpt-17"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from agentcollapse.errors import UserError
@@ -44,3 +46,38 @@ def test_an_explicit_thread_count_wins(tmp_path, monkeypatch):
     assert seen["env"]["OMP_NUM_THREADS"] == "3" and seen["env"]["AGENTCOLLAPSE_SWEEP_WORKER"] == "w1"
     assert run_workers("grid", [], jobs=1, sweep_dir=str(tmp_path / "s"), config_dir=str(tmp_path), cores=8) == 0
     assert seen["env"]["OMP_NUM_THREADS"] == "8" and "trainer.num_threads=8" in seen["cmd"]
+
+
+def test_each_worker_gets_its_own_gpu_and_vllm_runs_sharing_one_are_named(tmp_path, monkeypatch, capsys):
+    # one worker per GPU (issue 39: make sweep's JOBS=2 put two 3B runs, each with a vLLM engine, on one card)
+    import io
+    import subprocess
+
+    from agentcollapse.sweep import workers
+
+    (tmp_path / "grid.yaml").write_text("defaults: [config]\n")
+    envs = []
+
+    class FakeProc:
+        def __init__(self, cmd, env, **kwargs):
+            envs.append(env)
+            self.stdout = io.StringIO("")
+
+        def wait(self):
+            return 0
+
+        def poll(self):
+            return 0
+
+    monkeypatch.setattr(subprocess, "Popen", FakeProc)
+    monkeypatch.setattr(workers, "_build_base_model", lambda overrides: None)
+    monkeypatch.setattr(workers, "visible_gpus", lambda: ["2", "5"])
+    assert run_workers("grid", [], jobs=2, sweep_dir=str(tmp_path / "s"), config_dir=str(tmp_path), cores=8) == 0
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["2", "5"]
+
+    sweeps = str(Path(__file__).resolve().parents[2] / "sweeps")
+    line = workers.gpu_sharing_warning("paper_scale_filter_vs_none", ["env=sokoban", "seed=0,1"], jobs=2, gpus=["0"], config_dir=sweeps)
+    assert line and "\n" not in line and "JOBS=2 workers on 1 visible GPU" in line and "vLLM engine" in line and "use JOBS=1" in line
+    assert workers.gpu_sharing_warning("paper_scale_filter_vs_none", [], jobs=1, gpus=["0"], config_dir=sweeps) is None
+    assert workers.gpu_sharing_warning("paper_scale_filter_vs_none", [], jobs=2, gpus=["0", "1"], config_dir=sweeps) is None
+    assert workers.gpu_sharing_warning("grid", [], jobs=2, gpus=["0"], config_dir=sweeps) is None  # the hf engine reserves nothing

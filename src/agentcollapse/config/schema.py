@@ -379,7 +379,10 @@ class TrainerConfig:
         None, help="where runs of the same policy, seed and evaluation settings share their step-0 evaluation (the sweeper sets it)"
     )
     checkpoint_every: int = opt(10, help="write checkpoints/last.ckpt every N iterations (0: never)")
-    accelerator: str = opt("cpu", help="Lightning accelerator: cpu | gpu | auto")
+    accelerator: str = opt(
+        "auto",
+        help="Lightning accelerator: auto (the GPU where CUDA sees one, else the CPU; never MPS) | gpu | cpu | another Lightning name",
+    )
     devices: int = opt(1, help="processes (GPUs) per node")
     num_nodes: int = opt(1, help="nodes (machines); each starts trainer.devices processes")
     strategy: str = opt("auto", help="Lightning strategy: auto (one process) | ddp (whole model per rank) | fsdp (FSDP2, weights sharded)")

@@ -7,6 +7,7 @@ so no second copy of the weights is held.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -152,29 +153,74 @@ def check_tokenizer(model_dir: Path) -> None:
         raise UserError(f"the chat template in {model_dir} cannot render a multi-turn episode: {str(exc).splitlines()[0]}") from None
 
 
-def hf_path_message(path: str | os.PathLike | None, hub_id: str | None = None) -> str:
-    """The one line for a missing model directory; with a preset's ``hub_id`` it names the download
-    command (run by the user: nothing downloads at run time)."""
+def _download_steps(hub_id: str | None, target: str | os.PathLike | None = None) -> str:
     if not hub_id:
-        if path is None:
-            return "model=hf needs model.path=<local Hugging Face model directory>"
-        return f"model.path={path} does not exist; give a local Hugging Face model directory"
-    target = path or f"/models/{hub_id.split('/')[-1]}"
-    head = f"model.path={path} does not exist" if path else "this model preset needs model.path=<dir>"
-    return f"{head}; get the weights with `huggingface-cli download {hub_id} --local-dir {target}`, then pass model.path={target}"
+        return "on a machine with network run `hf download <repo id> --local-dir <dir>`, copy <dir> here, then pass model.path=<dir>"
+    target = target or f"/models/{hub_id.split('/')[-1]}"
+    return f"on a machine with network run `hf download {hub_id} --local-dir {target}`, copy that directory here, then pass model.path={target}"
+
+
+def weights_advice(hub_id: str | None, target: str | os.PathLike | None = None) -> str:
+    """How to bring a model's weights to a machine that may have no network (a cluster node often has
+    none): download them elsewhere, copy the directory over, point ``model.path`` at it."""
+    return f"nothing downloads at run time: {_download_steps(hub_id, target)}"
+
+
+def _looks_like_hub_id(text: str, hub_id: str | None) -> bool:
+    """``model.path=Qwen/Qwen2.5-3B-Instruct``: a Hub id given where a local directory belongs."""
+    return text == hub_id or (re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", text) is not None and not Path(text.split("/")[0]).exists())
+
+
+def hf_path_message(path: str | os.PathLike | None, hub_id: str | None = None) -> str:
+    """The one line for a missing model directory: what is wrong, then how to bring the weights (with a
+    preset's ``hub_id``, its own download command; run by the user: nothing downloads at run time)."""
+    if path is None:
+        if hub_id:
+            return f"this model preset needs its weights in a local directory, model.path=<dir>; {weights_advice(hub_id)}"
+        return f"model=hf needs model.path=<local Hugging Face model directory>; {weights_advice(None)}"
+    if _looks_like_hub_id(str(path), hub_id):
+        return f"model.path={path} does not exist (a Hub id is not downloaded: model.path is a local directory); {weights_advice(hub_id or str(path))}"
+    return f"model.path={path} does not exist; {weights_advice(hub_id, path if hub_id else None)}"
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+LFS_POINTER = b"version https://git-lfs"
 
 
 def check_causal_lm_dir(path: str | os.PathLike, hub_id: str | None = None) -> Path:
+    """``model.path`` as a directory a causal LM loads from, checked before anything heavy: it exists,
+    has a config.json of a *ForCausalLM and weight files that are not Git LFS pointers. Each failure is
+    one line that says how to bring the weights (:func:`weights_advice`)."""
     p = Path(path).expanduser()
+    if p.exists() and not p.is_dir():
+        raise UserError(f"model.path={path} is a file, not a model directory; {weights_advice(hub_id)}")
     if not p.is_dir():
         raise UserError(hf_path_message(path, hub_id))
+    if not (p / "config.json").is_file():
+        raise UserError(
+            f"model.path={path} has no config.json: not a Hugging Face model directory, or an unfinished copy; {weights_advice(hub_id, path)}"
+        )
     try:
         config = AutoConfig.from_pretrained(str(p), local_files_only=True)
     except (OSError, ValueError) as exc:
-        raise UserError(f"model.path={path} has no usable config.json ({str(exc).splitlines()[0]})") from None
+        raise UserError(
+            f"model.path={path} has no usable config.json ({str(exc).splitlines()[0]}); {weights_advice(hub_id, path)}"
+        ) from None
     archs = getattr(config, "architectures", None) or []
     if archs and not any(a.endswith("ForCausalLM") for a in archs):
         raise UserError(f"model.path={path} is a {archs[0]}, not a causal LM; give a *ForCausalLM checkpoint")
+    weights = sorted(f for f in p.iterdir() if f.suffix in WEIGHT_SUFFIXES and f.is_file())
+    if not weights:
+        raise UserError(
+            f"model.path={path} has no weight files (*.safetensors or *.bin): an unfinished download or copy; {weights_advice(hub_id, path)}"
+        )
+    for f in weights:
+        with f.open("rb") as fh:
+            if fh.read(len(LFS_POINTER)) == LFS_POINTER:
+                raise UserError(
+                    f"model.path={path} holds Git LFS pointers, not weights ({f.name}: cloned without git-lfs); nothing downloads at run time: "
+                    f"run `git lfs pull` in the clone on a machine with network and copy it here again, or {_download_steps(hub_id, path)}"
+                )
     return p
 
 
@@ -219,5 +265,6 @@ __all__ = [
     "resolve_model_dir",
     "check_causal_lm_dir",
     "hf_path_message",
+    "weights_advice",
     "MODEL_NAMES",
 ]

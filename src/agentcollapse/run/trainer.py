@@ -14,7 +14,7 @@ from agentcollapse.config import RunConfig
 from agentcollapse.errors import UserError
 from agentcollapse.records import RunRecorder
 
-__all__ = ["attach_to_trainer", "build_callbacks", "build_trainer", "iterations", "quiet_trainer_kwargs"]
+__all__ = ["attach_to_trainer", "build_callbacks", "build_trainer", "iterations", "quiet_trainer_kwargs", "resolve_accelerator"]
 
 
 def quiet_trainer_kwargs() -> dict[str, Any]:
@@ -63,12 +63,31 @@ def build_callbacks(cfg: RunConfig) -> list[Any]:
     return out
 
 
+def resolve_accelerator(name: str) -> str:
+    """The Lightning accelerator ``trainer.accelerator`` names: ``auto`` is ``gpu`` where CUDA sees a GPU
+    and ``cpu`` otherwise (Lightning's own ``auto`` would also take Apple's MPS, which this code is not
+    built for; the vLLM engine and FSDP's bf16 choice look at CUDA alone too). ``gpu``/``cuda`` without a
+    CUDA GPU is one line here rather than Lightning's error after the policy has loaded."""
+    import torch
+
+    name = name.lower()
+    if name == "auto":
+        return "gpu" if torch.cuda.is_available() else "cpu"
+    if name in ("gpu", "cuda") and not torch.cuda.is_available():
+        raise UserError(
+            f"trainer.accelerator={name} but torch sees no CUDA GPU (torch.cuda.is_available() is False; CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')!r}): run it on a GPU machine, or use trainer.accelerator=auto"
+        )
+    return name
+
+
 def build_trainer(cfg: RunConfig, recorder: RunRecorder, run_dir: Path):
     """(module, trainer) for a run whose record lives in ``run_dir``."""
     import lightning as L
     from agentcollapse.lightning import AgentRLModule, IterationCheckpoint, LineProgress, RunRecordCallback, StopTogether
     from agentcollapse.models.policy import load_policy
 
+    accelerator = resolve_accelerator(cfg.trainer.accelerator)  # before the policy loads: a wrong device is one line
     policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
     policy.fold_lora_for_decoding = cfg.rollout.fold_lora
     policy.reuse_kv_across_turns = cfg.rollout.reuse_kv
@@ -80,7 +99,7 @@ def build_trainer(cfg: RunConfig, recorder: RunRecorder, run_dir: Path):
     if not live:
         callbacks.append(LineProgress(cfg.trainer.max_steps))
     trainer = L.Trainer(
-        accelerator=cfg.trainer.accelerator,
+        accelerator=accelerator,
         devices=cfg.trainer.devices,
         num_nodes=cfg.trainer.num_nodes,
         strategy=_strategy(cfg),

@@ -6,6 +6,9 @@ each asks for the next trial, runs it, and tells its outcome. The machine's core
 every worker's runs get ``trainer.num_threads = cores // JOBS`` (at least 1; an explicit
 ``trainer.num_threads=N`` override wins) and ``OMP_NUM_THREADS`` to match. With JOBS > 1 the tiny base model is built (or found in the cache) once before the workers
 start, so they do not build it side by side, and every output line is prefixed with its worker.
+On a GPU machine each worker with JOBS > 1 gets one visible GPU (``CUDA_VISIBLE_DEVICES``, in turn): a
+trial trains on one device, so JOBS = the number of GPUs runs one trial per GPU; with more workers than
+GPUs, runs with a vLLM engine would share a card, and the launcher says so in one line.
 SIGINT and SIGTERM are passed on to every worker, whose running trial is then recorded as interrupted.
 Giving an existing sweep directory resumes it.
 """
@@ -24,7 +27,7 @@ from pathlib import Path
 from agentcollapse.errors import UserError
 from agentcollapse.sweep.storage import STORAGE_ENV, refuse_password
 
-__all__ = ["available_cores", "default_sweep_dir", "run_workers", "worker_command"]
+__all__ = ["available_cores", "default_sweep_dir", "gpu_sharing_warning", "run_workers", "visible_gpus", "worker_command"]
 
 WORKER_ENV = "AGENTCOLLAPSE_SWEEP_WORKER"
 
@@ -81,6 +84,46 @@ def _build_base_model(overrides: list[str]) -> None:
         load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
 
 
+def visible_gpus() -> list[str]:
+    """The CUDA devices this process sees, as ``CUDA_VISIBLE_DEVICES`` entries (none without CUDA)."""
+    try:
+        import torch
+
+        count = torch.cuda.device_count()
+    except Exception:  # a broken driver: no GPU to hand out
+        return []
+    listed = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    return listed[:count] if "CUDA_VISIBLE_DEVICES" in os.environ else [str(i) for i in range(count)]
+
+
+def _swept(value: str) -> bool:
+    return "," in value or value.startswith(("range(", "choice(", "interval(", "glob(", "tag("))
+
+
+def gpu_sharing_warning(name: str, overrides: list[str], jobs: int, gpus: list[str], config_dir: str = "sweeps") -> str | None:
+    """One line when ``jobs`` workers on ``gpus`` would put two vLLM engines (and their trainers) on one
+    card: each engine takes ``rollout.vllm.gpu_memory_utilization`` of it, and the sweep's budget assumes
+    one run per GPU. None when they would not, or when the sweep's config cannot be composed here (the
+    workers then report it themselves)."""
+    if jobs <= len(gpus) or not gpus:
+        return None
+    from agentcollapse.config.compose import compose
+    from agentcollapse.config.conf_files import CONF_DIR
+
+    plain = [o for o in overrides if not o.lstrip("+~").startswith("hydra.") and not _swept(o.partition("=")[2])]
+    try:
+        cfg = compose([*plain, f"hydra.searchpath=[file://{CONF_DIR}]"], config_dir=str(Path(config_dir).resolve()), config_name=name)
+    except Exception:
+        return None
+    if cfg.rollout.engine != "vllm":
+        return None
+    return (
+        f"warning: JOBS={jobs} workers on {len(gpus)} visible GPU(s) put two runs with their own vLLM engine "
+        f"(rollout.vllm.gpu_memory_utilization={cfg.rollout.vllm.gpu_memory_utilization} each) and trainer on one card; "
+        f"the budget assumes one run per GPU: use JOBS={len(gpus)} (each worker gets its own GPU)"
+    )
+
+
 def _pump(stream, prefix: str) -> None:
     for line in iter(stream.readline, ""):
         sys.stderr.write(prefix + line)
@@ -119,7 +162,11 @@ def run_workers(
     )
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
     cmd = worker_command(name, overrides, sweep_dir, threads, config_dir)
+    gpus = visible_gpus() if jobs > 1 else []  # one worker sees every GPU and its runs take the first
     if jobs > 1:
+        warning = gpu_sharing_warning(name, overrides, jobs, gpus, config_dir)
+        if warning:
+            print(warning, file=sys.stderr, flush=True)
         _build_base_model(overrides)
     procs: list[subprocess.Popen] = []
     pumps: list[threading.Thread] = []
@@ -135,7 +182,7 @@ def run_workers(
             piped = jobs > 1  # one worker writes straight to our stdout/stderr (a live bar stays live)
             proc = subprocess.Popen(
                 cmd,
-                env={**env, WORKER_ENV: f"w{i + 1}"},
+                env={**env, WORKER_ENV: f"w{i + 1}", **({"CUDA_VISIBLE_DEVICES": gpus[i % len(gpus)]} if gpus else {})},
                 stdout=subprocess.PIPE if piped else None,
                 stderr=subprocess.STDOUT if piped else None,
                 text=True,
