@@ -9,6 +9,7 @@ from scipy.stats import spearmanr
 
 from agentcollapse.analysis import SkippedRunsWarning, load_runs, spearman_markdown, spearman_table, target_noise
 from agentcollapse.analysis.correlations import COLUMNS
+from agentcollapse.analysis.stats import EXACT_SPEARMAN_MAX_N, spearman_exact_p
 from tests.analysis.conftest import ENT, MI, write_run
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +27,7 @@ def _row(table, diag, target="peak/val/success_rate", group="all"):
     return hit.iloc[0]
 
 
-def test_rho_is_scipy_spearman_on_the_per_run_values_and_n_counts_finished_runs(sweep):
+def test_rho_is_scipy_spearman_on_the_per_run_values_p_exact_at_small_n_and_n_counts_finished_runs(sweep):
     runset = _load(sweep)
     table = spearman_table(runset, n_boot=500, seed=1)
     assert list(table.columns[: len(COLUMNS)]) == COLUMNS
@@ -36,7 +37,8 @@ def test_rho_is_scipy_spearman_on_the_per_run_values_and_n_counts_finished_runs(
             row = _row(table, diag, target)
             pair = runs[[f"mean/{diag}", target]].dropna()
             expected = spearmanr(pair.iloc[:, 0], pair.iloc[:, 1])
-            assert row["rho"] == pytest.approx(expected.statistic) and row["p_value"] == pytest.approx(expected.pvalue)
+            assert row["rho"] == pytest.approx(expected.statistic)
+            assert len(pair) <= EXACT_SPEARMAN_MAX_N and row["p_value"] == pytest.approx(spearman_exact_p(pair.iloc[:, 0], pair.iloc[:, 1]))
             assert row["n"] == len(pair)
             assert row["ci_low"] <= row["rho"] <= row["ci_high"]
     mi = _row(table, MI)
@@ -79,6 +81,25 @@ def test_runs_far_apart_can_speak(sweep):
     noise = target_noise(runset.runs, "peak/val/success_rate")
     assert noise["spread"] > 2 * noise["se"] and noise["can_speak"] is True
     assert "The table can speak" in spearman_markdown(spearman_table(runset, n_boot=200), runset)
+
+
+def test_four_runs_cannot_speak_however_far_apart_and_their_p_is_exact(tmp_path):
+    # 4 runs far apart (spread ~0.35 against an SE ~0.06) in perfect order: the smallest exact p is 2 / 4!
+    for i, s in enumerate([0.1, 0.4, 0.7, 0.95]):
+        write_run(tmp_path, str(i), success=[s], mi=[float(i)], entropy=[1.0 + i])
+    runset = _load(tmp_path)
+    noise = target_noise(runset.runs, "peak/val/success_rate")
+    assert noise["spread"] > 2 * noise["se"] and noise["min_p"] == pytest.approx(1 / 12)
+    assert noise["can_speak"] is False
+    table = spearman_table(runset, ["peak/val/success_rate"], [MI], n_boot=200)
+    row = _row(table, MI)
+    assert row["rho"] == pytest.approx(1.0) and row["p_value"] == pytest.approx(2 / 24) and not row["can_speak"]
+    text = spearman_markdown(table, runset)
+    assert "This table cannot speak" in text and "2 / 4!" in text and "can speak:" not in text
+    assert "| 0.083 |" in text
+    # a fifth run: 2 / 5! < 0.05, and the spread decides again
+    write_run(tmp_path, "4", success=[0.5], mi=[2.5], entropy=[1.0])
+    assert target_noise(_load(tmp_path).runs, "peak/val/success_rate")["can_speak"] is True
 
 
 def test_per_env_blocks(tmp_path):

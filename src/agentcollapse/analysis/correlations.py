@@ -8,7 +8,14 @@ whether the table can speak at all.
 m times the episodes, a ``mean`` over every evaluation likewise). The table reports the spread of the
 target across runs (sample std) against that evaluation noise (root mean square of the runs' standard
 errors) and says it **cannot speak** when the spread is under twice the noise: the runs then differ by
-about what re-evaluating one run would change, and rho ranks noise, however small its p-value.
+about what re-evaluating one run would change, and rho ranks noise, however small its p-value. It
+cannot speak either when there are too few runs for any rho to clear p < 0.05: an exact Spearman test
+of n runs gives at least 2 / n! (:func:`~agentcollapse.analysis.stats.spearman_min_p`: 1/12 at n = 4),
+so under 5 runs no table can speak, whatever the spread.
+
+**p-values** are exact up to :data:`~agentcollapse.analysis.stats.EXACT_SPEARMAN_MAX_N` runs (every
+pairing of the ranks enumerated, ties at average ranks) and ``scipy.stats.spearmanr``'s t
+approximation above (:func:`~agentcollapse.analysis.stats.spearman`).
 
 **Undefined MI.** A finished run whose MI proxy was never defined (no valid reasoning: the worst runs)
 drops out of the plain columns; the ``*_at_chance`` columns count its undefined proxy steps at their
@@ -26,9 +33,11 @@ import pandas as pd
 from agentcollapse.analysis.markdown import fmt, fmt_ci, md_table
 from agentcollapse.analysis.paper import DIAGNOSTICS, PAPER_SPEARMAN, T1_TARGETS, TARGETS
 from agentcollapse.analysis.runs import RunSet
-from agentcollapse.analysis.stats import binomial_se, bootstrap_spearman_ci, spearman
+from agentcollapse.analysis.stats import EXACT_SPEARMAN_MAX_N, binomial_se, bootstrap_spearman_ci, spearman, spearman_min_p
 
-__all__ = ["COLUMNS", "spearman_markdown", "spearman_table", "target_noise"]
+__all__ = ["ALPHA", "COLUMNS", "spearman_markdown", "spearman_table", "target_noise"]
+
+ALPHA = 0.05  # a table whose runs are too few for any exact p below this cannot speak
 
 COLUMNS = ["diagnostic", "target", "rho", "p_value", "n", "ci_low", "ci_high"]
 EXTRA = [
@@ -72,7 +81,10 @@ def _episodes(runs: pd.DataFrame, target: str, last_k: int) -> pd.Series:
 
 
 def target_noise(runs: pd.DataFrame, target: str, last_k: int = 3) -> dict[str, float | bool | None]:
-    """Spread of ``target`` across ``runs`` against its evaluation noise (module docstring)."""
+    """Spread of ``target`` across ``runs`` against its evaluation noise, and whether the table can
+    speak: False when the spread is under twice the noise or the runs are too few for any exact
+    Spearman p to fall below :data:`ALPHA` (``min_p``, :func:`spearman_min_p`); None when the noise
+    is unknown and the runs are enough (module docstring)."""
     values = pd.to_numeric(runs.get(target, pd.Series(dtype=float)), errors="coerce")
     ok = values.notna()
     values = values[ok]
@@ -82,11 +94,14 @@ def target_noise(runs: pd.DataFrame, target: str, last_k: int = 3) -> dict[str, 
     ses = [s for s in ses if math.isfinite(s)]
     se = math.sqrt(float(np.mean(np.square(ses)))) if ses and len(ses) == len(values) else math.nan
     episodes_med = float(np.nanmedian(episodes)) if len(episodes) and episodes.notna().any() else math.nan
-    if not math.isfinite(spread) or not math.isfinite(se):
+    min_p = spearman_min_p(len(values)) if len(values) else math.nan
+    if len(values) >= 2 and not min_p < ALPHA:
+        can = False  # no rho over so few runs can be told from chance, whatever the spread
+    elif not math.isfinite(spread) or not math.isfinite(se):
         can = None
     else:
         can = bool(spread > 0 and spread >= 2 * se)
-    return {"n_runs": int(len(values)), "spread": spread, "se": se, "episodes": episodes_med, "can_speak": can}
+    return {"n_runs": int(len(values)), "spread": spread, "se": se, "episodes": episodes_med, "min_p": min_p, "can_speak": can}
 
 
 def _corr(runs: pd.DataFrame, col: str, target: str, n_boot: int, seed: int, level: float) -> tuple[float, float, int, float, float]:
@@ -181,14 +196,25 @@ def spearman_table(
     return pd.DataFrame(rows, columns=COLUMNS + EXTRA)
 
 
-def verdict(noise_spread: float, se: float, can: bool | None, target: str, episodes: float = math.nan) -> str:
-    """The can-it-speak sentence of one table."""
+def verdict(noise_spread: float, se: float, can: bool | None, target: str, episodes: float = math.nan, n: int | None = None) -> str:
+    """The can-it-speak sentence of one table (``n``: the runs that have ``target``)."""
     eps = f", {fmt(episodes, 0)} episodes per value" if math.isfinite(episodes) else ""
-    if can is None:
-        if not math.isfinite(noise_spread):
-            return f"Fewer than two runs have `{target}`: nothing to correlate."
-        return f"`{target}` is not a success rate of known episode count, so its evaluation noise is unknown: read rho with care."
+    if (n is not None and n < 2) or (n is None and not math.isfinite(noise_spread)):
+        return f"Fewer than two runs have `{target}`: nothing to correlate."
+    few = n is not None and not spearman_min_p(n) < ALPHA
+    too_few = (
+        f"with {n} runs the smallest two-sided p an exact Spearman test can give is {fmt(spearman_min_p(n))} (2 / {n}!), "
+        f"so no rho below can be told from chance at {ALPHA:g}, however large"
+    )
+    known = math.isfinite(noise_spread) and math.isfinite(se)
     numbers = f"spread of `{target}` across runs {fmt(noise_spread)} against an evaluation standard error of {fmt(se)}{eps}"
+    if few:
+        if not known:
+            return f"**This table cannot speak**: {too_few}."
+        noisy = "; the runs also differ by less than twice the evaluation noise" if not noise_spread >= 2 * se else ""
+        return f"**This table cannot speak**: {too_few} ({numbers}{noisy})."
+    if can is None:
+        return f"`{target}` is not a success rate of known episode count, so its evaluation noise is unknown: read rho with care."
     if can:
         return f"The table can speak: {numbers} (spread >= 2 x noise)."
     return (
@@ -205,7 +231,8 @@ def spearman_markdown(table: pd.DataFrame, runset: RunSet | None = None) -> str:
             f"{len(runset.runs)} finished runs"
             + (f", {len(runset.skipped)} skipped (not finished or unreadable)" if len(runset.skipped) else "")
             + f"; diagnostics summarised by `{table['stat'].iloc[0] if len(table) else 'mean'}` over post-update steps; "
-            "bootstrap 95% intervals over runs (seeded). Paper: RAGEN-2, METHOD.md section 8.\n"
+            "bootstrap 95% intervals over runs (seeded); p two-sided, exact (every pairing of the ranks) "
+            f"up to {EXACT_SPEARMAN_MAX_N} runs, scipy's t approximation above. Paper: RAGEN-2, METHOD.md section 8.\n"
         )
     if table.empty:
         out.append("_No diagnostic and target found in these runs._\n")
@@ -213,13 +240,14 @@ def spearman_markdown(table: pd.DataFrame, runset: RunSet | None = None) -> str:
     for (target, group), block in table.groupby(["target", "group"], sort=False):
         first = block.iloc[0]
         out.append(f"## `{target}`, {'all runs' if group == 'all' else 'env ' + group}\n")
-        episodes = math.nan
+        episodes, n_runs = math.nan, int(block["n"].max())
         if runset is not None:
             part = runset.runs if group == "all" else runset.runs[runset.runs["env"] == group]
-            episodes = target_noise(part, target, runset.last_k)["episodes"]
+            noise = target_noise(part, target, runset.last_k)
+            episodes, n_runs = noise["episodes"], noise["n_runs"]
         can = first["can_speak"]
         can = None if can is None or (isinstance(can, float) and math.isnan(can)) else bool(can)
-        out.append(verdict(first["target_spread"], first["eval_se"], can, target, episodes) + "\n")
+        out.append(verdict(first["target_spread"], first["eval_se"], can, target, episodes, n_runs) + "\n")
         any_undefined = (block["n_undefined"] > 0).any()
         view = pd.DataFrame(
             {

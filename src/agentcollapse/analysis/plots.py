@@ -350,7 +350,7 @@ def plot_forest(table: pd.DataFrame, path: str | Path, group: str = "all") -> Pa
         can = first["can_speak"]
         verdict = "cannot speak" if can is False or can == 0 else ("can speak" if can is True or can == 1 else "noise unknown")
         ax.set_title(
-            f"{target}\nspread {first['target_spread']:.3f} vs noise {first['eval_se']:.3f}: {verdict}",
+            f"{target}\n{int(block['n'].max())} runs, spread {first['target_spread']:.3f} vs noise {first['eval_se']:.3f}: {verdict}",
             fontsize=9,
             color="firebrick" if verdict == "cannot speak" else "black",
         )
