@@ -25,6 +25,7 @@ def test_token_tis_caps_each_tokens_ratio():
     assert stats.corrected_frac == pytest.approx(1 / 6)
     assert stats.logp_abs_diff == pytest.approx((1 + 0 + 0.1 + 0.1 + 0.1 + 0) / 6, abs=1e-6)
     assert stats.ratio_mean == pytest.approx(float(ratio.sum() / 6), abs=1e-6)
+    assert stats.tokens == stats.corrected_of == 6  # what the means are over, to combine micro-batches
 
 
 def test_sequence_mask_drops_sequences_whose_geometric_ratio_leaves_the_band():
@@ -33,6 +34,7 @@ def test_sequence_mask_drops_sequences_whose_geometric_ratio_leaves_the_band():
     assert math.exp(0.9 / 3) > 1.3
     assert weights[0].sum() == 0 and torch.equal(weights[1], MASK[1])
     assert stats.corrected_frac == 0.5
+    assert stats.tokens == 6 and stats.corrected_of == 2  # a share of the sequences
 
 
 def test_none_measures_without_weighting_and_bad_settings_are_refused():

@@ -8,8 +8,10 @@ import torch
 from agentcollapse.algorithms import (
     LOSS_AGG_MODES,
     aggregate_loss,
+    aggregation_pair,
     entropy_from_logits,
     grpo_advantages,
+    micro_batch_weight,
     policy_loss,
     value_loss,
 )
@@ -89,6 +91,30 @@ def test_empty_mask_gives_differentiable_zero(mode):
 def test_unknown_mode_lists_valid():
     with pytest.raises(ValueError, match="seq-mean-token-sum-norm"):
         aggregate_loss(torch.zeros(1, 2), torch.ones(1, 2), "sum")
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+@pytest.mark.parametrize("sizes", [[1, 1, 1, 1, 1], [2, 3], [4, 1], [5]])
+def test_aggregation_pairs_of_micro_batches_give_the_whole_batch_loss(mode, sizes):
+    # Micro-batches of different sizes and token counts: their (sum, count) pairs, summed, give the loss
+    # of the whole batch aggregated in one piece, the same as the gradient's micro_batch_weight sum.
+    torch.manual_seed(0)
+    L = torch.randn(5, 6, dtype=torch.float64)
+    M = (torch.rand(5, 6) > 0.4).long()
+    M[:, 0] = 1  # every sequence has a token (the update's sequences all do)
+    starts = [sum(sizes[:k]) for k in range(len(sizes))]
+    parts = [(L[a : a + n], M[a : a + n]) for a, n in zip(starts, sizes)]
+    total_tokens, total_seqs = float(M.sum()), len(M)
+    pairs = [aggregation_pair(mode, aggregate_loss(x, m, mode, norm_length=6).item(), float(m.sum()), len(m)) for x, m in parts]
+    pooled = math.fsum(s for s, _ in pairs) / math.fsum(c for _, c in pairs)
+    weighted = sum(
+        micro_batch_weight(mode, float(m.sum()), total_tokens, len(m), total_seqs) * aggregate_loss(x, m, mode, norm_length=6).item()
+        for x, m in parts
+    )
+    whole = aggregate_loss(L, M, mode, norm_length=6).item()
+    if mode == "seq-mean-token-sum-norm":  # a sum over sequences: the gradient averages it over them
+        whole /= total_seqs
+    assert pooled == pytest.approx(whole, rel=1e-12) and weighted == pytest.approx(whole, rel=1e-12)
 
 
 def loop_policy(lp, old, A, M, clip_low, clip_high, c, dual, mode):

@@ -25,7 +25,7 @@ from agentcollapse.algorithms.losses import (
     register_loss_agg,
     value_loss,
 )
-from agentcollapse.algorithms.objective import ObjectiveTerms, micro_batch_weight, rl_objective
+from agentcollapse.algorithms.objective import ObjectiveTerms, aggregation_pair, micro_batch_weight, rl_objective
 from agentcollapse.algorithms.presets import (
     PRESETS,
     AlgorithmPreset,
@@ -45,6 +45,7 @@ __all__ = [
     "ObjectiveTerms",
     "PolicyLossOutput",
     "aggregate_loss",
+    "aggregation_pair",
     "compute_group_advantages",
     "dr_grpo_advantages",
     "entropy_from_logits",

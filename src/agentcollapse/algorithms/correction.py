@@ -26,11 +26,14 @@ ROLLOUT_CORRECTIONS = ("none", "token_tis", "sequence_mask")
 
 @dataclass
 class CorrectionStats:
-    """Detached statistics of one micro-batch, over its response tokens."""
+    """Detached statistics of one micro-batch, over its response tokens, and what each is a mean over
+    (so that micro-batches combine into the statistic of all their tokens or sequences)."""
 
     logp_abs_diff: float  # mean |sample_logp - old_logp|: 0 when the engine serves the trainer's weights
     ratio_mean: float  # mean token ratio pi_old / q
     corrected_frac: float  # token_tis: tokens capped; sequence_mask: sequences masked; none: 0
+    tokens: float = 0.0  # the response tokens the two means are over
+    corrected_of: float = 0.0  # what corrected_frac is a share of: tokens, or sequences for sequence_mask
 
 
 def rollout_correction_weights(
@@ -48,14 +51,16 @@ def rollout_correction_weights(
         ratio = log_ratio.exp()
         abs_diff = float(log_ratio.abs().sum() / tokens)
         ratio_mean = float((ratio * mask).sum() / tokens)
+        n = float(mask.sum())
         if mode == "none":
-            return None, CorrectionStats(abs_diff, ratio_mean, 0.0)
+            return None, CorrectionStats(abs_diff, ratio_mean, 0.0, n, n)
         if mode == "token_tis":
             capped = (ratio > cap) & (mask > 0)
-            return ratio.clamp(max=cap) * mask, CorrectionStats(abs_diff, ratio_mean, float(capped.sum() / tokens))
+            return ratio.clamp(max=cap) * mask, CorrectionStats(abs_diff, ratio_mean, float(capped.sum() / tokens), n, n)
         lengths = mask.sum(dim=-1)
         geo = (log_ratio.sum(dim=-1) / lengths.clamp_min(1.0)).exp()
         keep = (geo <= cap) & (geo >= 1.0 / cap)
         rows = (lengths > 0).sum().clamp_min(1)
         masked = float(((~keep) & (lengths > 0)).sum() / rows)
-        return keep[:, None].to(mask.dtype) * mask, CorrectionStats(abs_diff, ratio_mean, masked)
+        stats = CorrectionStats(abs_diff, ratio_mean, masked, n, float((lengths > 0).sum()))
+        return keep[:, None].to(mask.dtype) * mask, stats

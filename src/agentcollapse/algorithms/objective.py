@@ -6,7 +6,8 @@ analysis takes its task and regulariser parts apart.
 
 Each term is aggregated over the micro-batch's response tokens with the algorithm's loss aggregation;
 ``weight`` (:func:`micro_batch_weight`) makes the sum over micro-batches equal the loss of the whole
-batch aggregated in one piece.
+batch aggregated in one piece; :func:`aggregation_pair` writes the same weighting as a (sum, count)
+pair, which is how the update logs its losses so that they do not depend on the micro-batching.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from agentcollapse.algorithms.kl import kl_penalty
 from agentcollapse.algorithms.losses import PolicyLossOutput, aggregate_loss, entropy_from_logits, masked_mean, policy_loss, value_loss
 from agentcollapse.algorithms.presets import AlgorithmPreset
 
-__all__ = ["ObjectiveTerms", "micro_batch_weight", "rl_objective"]
+__all__ = ["ObjectiveTerms", "aggregation_pair", "micro_batch_weight", "rl_objective"]
 
 
 @dataclass
@@ -36,15 +37,27 @@ class ObjectiveTerms:
     value_loss: Tensor | None  # detached critic loss (None without a critic)
 
 
+def aggregation_pair(mode: str, value: float, mb_tokens: float, mb_seqs: int) -> tuple[float, float]:
+    """A micro-batch's ``value`` aggregated with ``mode`` over its tokens, as a (sum, count) pair: summed
+    over any set of micro-batches, sum / count is their value aggregated in one piece, each micro-batch
+    weighted as :func:`micro_batch_weight` weights its loss in the gradient. ``token-mean`` counts
+    tokens; the ``seq-mean-*`` modes count sequences; ``seq-mean-token-sum-norm`` (a sum over the
+    micro-batch's sequences divided by a constant) is averaged over sequences, as the gradient does."""
+    if mode == "token-mean":
+        return value * mb_tokens, float(mb_tokens)
+    if mode == "seq-mean-token-sum-norm":
+        return value, float(mb_seqs)
+    return value * mb_seqs, float(mb_seqs)
+
+
 def micro_batch_weight(mode: str, mb_tokens: float, total_tokens: float, mb_seqs: int, total_seqs: int) -> float:
     """Weight of a micro-batch's aggregated loss so the sum over micro-batches equals the loss of the
     whole batch aggregated in one piece (``seq-mean-token-sum-norm`` aggregates a *sum* over
-    sequences, divided by the constant length, so it is averaged over all sequences here)."""
-    if mode == "token-mean":
-        return mb_tokens / total_tokens
-    if mode == "seq-mean-token-sum-norm":
-        return 1.0 / total_seqs
-    return mb_seqs / total_seqs
+    sequences, divided by the constant length, so it is averaged over all sequences here): a unit
+    loss's :func:`aggregation_pair` sum for the micro-batch over the whole batch's count."""
+    share, _ = aggregation_pair(mode, 1.0, mb_tokens, mb_seqs)
+    _, whole = aggregation_pair(mode, 1.0, total_tokens, total_seqs)
+    return share / whole
 
 
 def rl_objective(

@@ -5,8 +5,10 @@
 2. :func:`score`: behaviour and reference log-probs and old values (no grad; the reference pass runs
    each group's prompt once, :func:`reference_logprobs`);
 3. :func:`assign_advantages`: group-relative per trajectory, or GAE (PPO);
-4. :func:`optimise`: per PPO epoch one optimizer step per mini-batch; per-micro-batch statistics;
-5. :func:`summarise`: the iteration's ``actor/*``, ``critic/*`` and ``perf/*`` metrics.
+4. :func:`optimise`: per PPO epoch one optimizer step per mini-batch; each micro-batch's statistics as
+   (weighted sum, weight) pairs;
+5. :func:`summarise`: the iteration's ``actor/*``, ``critic/*`` and ``perf/*`` metrics, the pairs of every
+   micro-batch, rank and step divided out (the same whatever the micro-batching or strategy).
 
 The math is in ``agentcollapse.algorithms``; these functions run it on the module's model. On several
 ranks every rank holds the whole kept batch; each optimizer step's micro-batches are those of one
@@ -17,6 +19,7 @@ backward (``lightning.distributed``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -24,6 +27,7 @@ import numpy as np
 import torch
 
 from agentcollapse.algorithms import (
+    aggregation_pair,
     compute_group_advantages,
     gae_advantages,
     micro_batch_weight,
@@ -278,11 +282,17 @@ def assign_advantages(module: LightningModule, plan: UpdatePlan) -> None:
 
 
 def optimise(module: LightningModule, plan: UpdatePlan, loss_scale: float) -> tuple[dict[str, list], list[float], bool]:
-    """Per PPO epoch one optimizer step per mini-batch. Returns the per-micro-batch statistics keyed
-    by (epoch, one-process order), the gradient norm of each step taken, and whether a NaN/inf loss
-    or gradient stopped the update."""
+    """Per PPO epoch one optimizer step per mini-batch. Returns this rank's statistics, each micro-batch's
+    as ``(epoch, one-process order, weighted sum, weight)`` (:func:`summarise` divides the sums), the
+    gradient norm of each step taken, and whether a NaN/inf loss or gradient stopped the update.
+
+    Losses (``pg_loss``, ``kl``, ``value_loss``) weigh each micro-batch as the gradient does
+    (``aggregation_pair``: tokens for ``token-mean``, sequences for the ``seq-mean-*`` modes); token
+    means (entropy, clip fractions, approx. KL, the engine's statistics) by tokens; the
+    ``sequence_mask`` correction's share by sequences. A step that is not taken (NaN/inf) adds none of
+    its statistics, on any rank; the engine's, measured before any step, stay."""
     algo, cfg = module.algo, module.cfg
-    stats: dict[str, list[tuple[int, int, float]]] = {k: [] for k in (*STAT_KEYS, *ENGINE_STAT_NAMES)}
+    stats: dict[str, list[tuple[int, int, float, float]]] = {k: [] for k in (*STAT_KEYS, *ENGINE_STAT_NAMES)}
     grad_norms: list[float] = []
     opt = module.optimizers()
     params = [p for g in opt.param_groups for p in g["params"]]
@@ -292,13 +302,14 @@ def optimise(module: LightningModule, plan: UpdatePlan, loss_scale: float) -> tu
         for step, weight in enumerate(plan.weights):
             opt.zero_grad(set_to_none=True)
             nonfinite = False
+            taken: dict[str, list[tuple[int, int, float, float]]] = {k: [] for k in STAT_KEYS}  # kept if the step is
             mine = [m for m in plan.micro if m.step == step]
             for k, mb in enumerate(mine):
                 # every rank runs len(mine) backwards: the strategy syncs gradients at the last one
                 with distributed.gradient_sync(wrapper, module, enabled=k == len(mine) - 1):
                     key = (epoch, mb.order)
-                    record = not (mb.padding or nonfinite)
                     mask = mb.tensors["response_mask"]
+                    tokens = float(mask.sum())
                     logits, logp, values = module.forward_sequences(mb.tensors, with_values=algo.use_critic)
                     old = logp.detach() if mb.old_logp is None else mb.old_logp
                     if epoch == 0 and "sample_logp" in mb.tensors and not mb.padding:
@@ -307,13 +318,13 @@ def optimise(module: LightningModule, plan: UpdatePlan, loss_scale: float) -> tu
                         mb.token_weights, c = rollout_correction_weights(
                             old, mb.tensors["sample_logp"], mask, cfg.algorithm.rollout_correction, cfg.algorithm.rollout_correction_cap
                         )
-                        for name, value in zip(ENGINE_STAT_NAMES, (c.logp_abs_diff, c.ratio_mean, c.corrected_frac)):
-                            stats[name].append((*key, value))
+                        stats["engine_logp_abs_diff"].append((*key, c.logp_abs_diff * c.tokens, c.tokens))
+                        stats["rollout_is_ratio_mean"].append((*key, c.ratio_mean * c.tokens, c.tokens))
+                        stats["rollout_corrected_frac"].append((*key, c.corrected_frac * c.corrected_of, c.corrected_of))
                     w = (
                         0.0
                         if mb.padding
-                        else weight.share
-                        * micro_batch_weight(algo.loss_agg_mode, float(mask.sum()), weight.tokens, len(mb.members), weight.sequences)
+                        else weight.share * micro_batch_weight(algo.loss_agg_mode, tokens, weight.tokens, len(mb.members), weight.sequences)
                     )
                     terms = rl_objective(
                         algo,
@@ -330,20 +341,26 @@ def optimise(module: LightningModule, plan: UpdatePlan, loss_scale: float) -> tu
                         old_values=mb.old_values if values is not None else None,
                         token_weights=mb.token_weights,
                     )
-                    if record and terms.kl is not None:
-                        stats["kl"].append((*key, float(terms.kl)))
-                    if record and terms.value_loss is not None:
-                        stats["value_loss"].append((*key, float(terms.value_loss)))
                     loss = terms.total * scale
                     # A NaN/inf loss skips the step, after the backwards every rank must still join.
                     nonfinite = nonfinite or not bool(torch.isfinite(loss))
                     module.manual_backward(loss)
-                    if record and not nonfinite:
-                        stats["pg_loss"].append((*key, float(terms.policy.loss.detach())))
-                        stats["entropy"].append((*key, float(terms.entropy)))
-                        stats["clipfrac"].append((*key, float(terms.policy.clipfrac)))
-                        stats["lower_clipfrac"].append((*key, float(terms.policy.lower_clipfrac)))
-                        stats["approx_kl"].append((*key, float(terms.policy.approx_kl)))
+                    if not (mb.padding or nonfinite):
+                        losses = {"pg_loss": terms.policy.loss, "kl": terms.kl, "value_loss": terms.value_loss}
+                        for name, value in losses.items():
+                            if value is not None:
+                                taken[name].append(
+                                    (*key, *aggregation_pair(algo.loss_agg_mode, float(value.detach()), tokens, len(mb.members)))
+                                )
+                        policy = terms.policy
+                        means = {
+                            "entropy": terms.entropy,
+                            "clipfrac": policy.clipfrac,
+                            "lower_clipfrac": policy.lower_clipfrac,
+                            "approx_kl": policy.approx_kl,
+                        }
+                        for name, value in means.items():
+                            taken[name].append((*key, float(value) * tokens, tokens))
             if distributed.any_rank(nonfinite):
                 opt.zero_grad(set_to_none=True)
                 return stats, grad_norms, True
@@ -354,20 +371,29 @@ def optimise(module: LightningModule, plan: UpdatePlan, loss_scale: float) -> tu
                 return stats, grad_norms, True
             grad_norms.append(float(grad_norm))
             opt.step()
+            for name, entries in taken.items():
+                stats[name].extend(entries)
     return stats, grad_norms, False
 
 
 def summarise(
     plan: UpdatePlan, stats: dict[str, list], grad_norms: list[float], loss_scale: float, nonfinite_total: int
 ) -> dict[str, float]:
-    """The update's metrics: every rank's statistics gathered and put back in the one-process order,
-    so their means are the one process's."""
+    """The update's metrics: every rank's (weighted sum, weight) pairs gathered and each statistic
+    their sum over every micro-batch, epoch and optimizer step divided by their weight, so that it is
+    the value of the whole update's tokens (or sequences) aggregated in one piece, whatever the
+    micro-batching or strategy (``math.fsum``: exactly rounded, so the order of the pairs does not
+    matter). ``actor/grad_norm`` is the mean over the optimizer steps of each step's norm."""
     parts = distributed.gather_objects(stats)
-    merged = {k: [v for _, _, v in sorted(e for part in parts for e in part[k])] for k in stats}
-    merged["grad_norm"] = grad_norms
-    out = {ENGINE_STAT_NAMES.get(k, f"actor/{k}"): float(np.mean(v)) for k, v in merged.items() if v and k != "value_loss"}
-    if merged["value_loss"]:
-        out["critic/value_loss"] = float(np.mean(merged["value_loss"]))
+    out = {}
+    for name in stats:
+        entries = [e for part in parts for e in part[name]]
+        weight = math.fsum(e[3] for e in entries)
+        if entries and weight > 0:
+            key = ENGINE_STAT_NAMES.get(name, "critic/value_loss" if name == "value_loss" else f"actor/{name}")
+            out[key] = math.fsum(e[2] for e in entries) / weight
+    if grad_norms:
+        out["actor/grad_norm"] = float(np.mean(grad_norms))
     out["actor/nonfinite_loss_count"] = float(nonfinite_total)
     out["actor/loss_scale"] = float(loss_scale)
     out["actor/num_sequences"] = float(len(plan.seqs.input_ids))
