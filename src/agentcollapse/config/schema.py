@@ -224,6 +224,9 @@ class RolloutConfig:
         self.vllm.validate()
 
 
+AUTOCAST_DTYPES = ("float32", "bfloat16")  # float32: no autocast
+
+
 @dataclass
 class AlgorithmConfig:
     name: str = opt("grpo", help="preset: grpo | dr_grpo | dapo | ppo (null fields below take the preset's value)")
@@ -256,6 +259,10 @@ class AlgorithmConfig:
     reference_batch_size: int = opt(
         16, help="sequences per reference-policy forward (kl_coef > 0; no grad, each runs only its tokens after its group's shared prompt)"
     )
+    update_dtype: str = opt(
+        "float32",
+        help="what the update's forwards and backward (behaviour, reference and trained log-probs) compute in: float32 | bfloat16 (autocast; weights, adapter, optimizer and the LM head's log-normaliser stay float32)",
+    )
     max_grad_norm: float = opt(1.0, help="gradient clipping norm")
     max_nonfinite_steps: int = opt(5, help="NaN/inf losses in a row before the run stops")
     rollout_correction: str = opt(
@@ -270,6 +277,7 @@ class AlgorithmConfig:
         for key in ("ppo_epochs", "micro_batch_size", "reference_batch_size", "max_nonfinite_steps"):
             _at_least(f"algorithm.{key}", getattr(self, key), 1)
         _at_least("algorithm.max_resample_rounds", self.max_resample_rounds, 0)
+        _one_of("algorithm.update_dtype", self.update_dtype, AUTOCAST_DTYPES)
         _at_least("algorithm.mini_batch_size", self.mini_batch_size, 0)
         if not self.rollout_correction_cap > 1:
             raise UserError(f"algorithm.rollout_correction_cap={self.rollout_correction_cap} must be > 1")
@@ -314,9 +322,6 @@ class FilterConfig:
         _at_least("filter.trajectory_k", self.trajectory_k, 0)
 
 
-PROXY_DTYPES = ("float32", "bfloat16")
-
-
 @dataclass
 class DiagnosticsConfig:
     """Settings of the watching callbacks (``collapse_diagnostics``, ``grad_buckets``)."""
@@ -354,7 +359,7 @@ class DiagnosticsConfig:
 
     def validate(self) -> None:
         _at_least("diagnostics.first_turn_samples", self.first_turn_samples, 0)
-        _one_of("diagnostics.proxy_dtype", self.proxy_dtype, PROXY_DTYPES)
+        _one_of("diagnostics.proxy_dtype", self.proxy_dtype, AUTOCAST_DTYPES)
         _at_least("diagnostics.compute_freq", self.compute_freq, 0)
         _at_least("diagnostics.early_stop_patience", self.early_stop_patience, 1)
         _at_least("diagnostics.early_stop_min_step", self.early_stop_min_step, 0)

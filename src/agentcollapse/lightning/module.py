@@ -62,6 +62,8 @@ class AgentRLModule(L.LightningModule):
         self.last_metrics: dict[str, float] = {}  # the latest iteration's metrics (progress lines read them)
         self.engine: VLLMEngine | None = None  # rollout.engine=vllm, started at fit start
         self.engine_stale = True  # the engine's weights are not the policy's: pushed before its next rollout
+        # algorithm.update_dtype: the dtype the sequence forwards autocast to (None: the weights' own)
+        self.update_autocast = None if cfg.algorithm.update_dtype == "float32" else getattr(torch, cfg.algorithm.update_dtype)
 
     # -- Lightning plumbing -------------------------------------------------------------------
     def configure_model(self) -> None:
@@ -319,17 +321,24 @@ class AgentRLModule(L.LightningModule):
         # returned tensor is aligned with mb["response_mask"].
         # Rows that begin with the same tokens up to there (a group's prompt: micro_batches keeps a
         # group together when prompts_shared) run them once (shared_prefix_forward).
+        # algorithm.update_dtype=bfloat16 autocasts the forward (and so its backward); log-probs and
+        # entropies are still normalised in float32 over the logits.
         ids = mb["input_ids"]
         start = int(mb["logits_from"])
-        if self.shared_prefix_length(mb):
-            out = shared_prefix_forward(self.model, ids, start, output_hidden_states=with_values)
-            hidden_from = 0  # its hidden states begin at position start
-        else:
-            keep = {"logits_to_keep": ids.shape[1] - start} if start else {}
-            out = self.model(input_ids=ids, output_hidden_states=with_values, **keep)
-            hidden_from = start
-        values = self.value_head(out.hidden_states[-1][:, hidden_from:-1]) if with_values and self.value_head is not None else None
+        with self.autocast():
+            if self.shared_prefix_length(mb):
+                out = shared_prefix_forward(self.model, ids, start, output_hidden_states=with_values)
+                hidden_from = 0  # its hidden states begin at position start
+            else:
+                keep = {"logits_to_keep": ids.shape[1] - start} if start else {}
+                out = self.model(input_ids=ids, output_hidden_states=with_values, **keep)
+                hidden_from = start
+        values = self.value_head(out.hidden_states[-1][:, hidden_from:-1].float()) if with_values and self.value_head is not None else None
         return out.logits, gather_logprobs(out.logits, ids, start), values
+
+    def autocast(self) -> torch.autocast:
+        """The update's autocast region (``algorithm.update_dtype``; disabled for float32)."""
+        return torch.autocast(self.device.type, dtype=self.update_autocast or torch.float32, enabled=self.update_autocast is not None)
 
     def shared_prefix_length(self, mb: dict[str, torch.Tensor]) -> int:
         """The leading tokens every row of the collated ``mb`` shares, which ``forward_sequences`` runs

@@ -237,7 +237,9 @@ def reference_logprobs(module: LightningModule, plan: UpdatePlan) -> None:
     starts = {i: first_response_position(seqs.loss_mask[i]) for i in members}
     pairs = [(seqs.input_ids[i][: starts[i]], seqs.input_ids[i][starts[i] :]) for i in members]
     with distributed.whole_weights(module), module.model.disable_adapter():
-        scored = continuation_logprobs(module.model, pairs, batch_size=module.cfg.algorithm.reference_batch_size)
+        scored = continuation_logprobs(
+            module.model, pairs, batch_size=module.cfg.algorithm.reference_batch_size, autocast=module.update_autocast
+        )
     by_sequence = dict(zip(members, scored))
     for mb in plan.micro:
         mask = mb.tensors["response_mask"]
