@@ -9,7 +9,7 @@ sequences (the scoring pass) and a forward + backward through the LoRA adapter (
 adapter stays float32 under bf16 weights, peft's ``autocast_adapter_dtype``). Also the mean |log-prob|
 difference of the sampled tokens between the two dtypes, on the float32 rollout.
 
-Against the limit (issue 28, goal 4): ``torch.matmul`` is timed in each dtype at the shapes the passes
+Against the limit (goal 4 of the second performance round, docs/performance.md): ``torch.matmul`` is timed in each dtype at the shapes the passes
 run (rows = a micro-batch's positions; hidden -> q/o, k/v, MLP, and the LM head over the response
 positions), before and after the passes, best of the two. A pass's "probe time" is what its matmuls
 alone take at those rates; its fraction of the limit is probe time / measured time. The work counted

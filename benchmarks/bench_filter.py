@@ -1,4 +1,4 @@
-"""Update cost of SNR-aware filtering at a fixed rollout budget (METHOD.md section 5).
+"""Update cost of SNR-aware filtering at a fixed rollout budget (docs/method.md section 5).
 
     python -m benchmarks.bench_filter [--rhos 1.0,0.9,0.6] [--repeats 3] [key=value overrides ...]
 

@@ -40,7 +40,7 @@ from benchmarks.common import (
     timed,
 )
 
-BASELINE = "f92f80d"  # the last commit before the performance work (issue 13)
+BASELINE = "f92f80d"  # the last commit before the performance work (its first round, docs/performance.md)
 
 
 def main() -> None:

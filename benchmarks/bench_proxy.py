@@ -1,4 +1,4 @@
-"""Cost of the MI proxy (METHOD.md section 3) relative to one RL iteration, and the cached cross-scorer's
+"""Cost of the MI proxy (docs/method.md section 3) relative to one RL iteration, and the cached cross-scorer's
 speedup over the naive one.
 
     python -m benchmarks.bench_proxy [--repeats 3] [--fill-empty-thinks] [key=value overrides ...]

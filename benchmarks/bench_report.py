@@ -11,7 +11,8 @@ mistaken for this run's. A part that was never run is listed with the command th
 Results kept in git, so a fresh clone reports them labelled with their commit: the TRL comparison
 (``trl.json``: it needs a separate environment), and the SmolLM2 parts that run outside ``make bench``
 (``warm_start``, ``engines``, ``dtype``, ``scaling_smollm2``, ``proxy_smollm2``: minutes to an hour each).
-``latest.json``'s ``headline.performance_goals`` gives each of issue 28's goals with its value, target and commit.
+``latest.json``'s ``headline.performance_goals`` gives each goal of the second performance round (docs/performance.md:
+ahead of TRL with the MI proxy on, at the tiny head and at SmolLM2's size) with its value, target and commit.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ def measured_commit(part: dict[str, Any]) -> str:
 
 
 def performance_goals(parts: dict[str, Any]) -> dict[str, Any]:
-    """Issue 28's goals, each with its measured value, its target, whether it is met and the commit it was
+    """The second performance round's goals (docs/performance.md), each with its measured value, its target, whether it is met and the commit it was
     measured at (``None`` where its benchmark has not run)."""
 
     def goal(part: str, value: Any, target: float, below: bool = True) -> dict[str, Any] | None:
@@ -113,7 +114,7 @@ def performance_goals(parts: dict[str, Any]) -> dict[str, Any]:
 
 def goal_lines(goals: dict[str, Any]) -> list[str]:
     """``latest.md``'s first table: each performance goal with its value, target and commit."""
-    lines = ["## Performance goals (issue 28)", "", "| goal | value | target | met | measured at | made by |", "|---|---|---|---|---|---|"]
+    lines = ["## Performance goals (docs/performance.md)", "", "| goal | value | target | met | measured at | made by |", "|---|---|---|---|---|---|"]
     for name, g in goals.items():
         if g is None:
             lines.append(f"| {name} | not measured | | | | |")

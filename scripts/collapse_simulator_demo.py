@@ -3,7 +3,7 @@
 Trains the tiny simulator policy (a few seconds on CPU), then for each template weight simulates one
 P x G batch, cross-scores it (first-turn sampler) and prints retrieval accuracy, MI estimate, MI
 z-score, conditional entropy and the chance level. ``--regimes`` also prints the four corners of
-METHOD.md section 2 (diverse / template collapse / compressed / low-entropy collapse). ``--out DIR``
+docs/method.md section 2 (diverse / template collapse / compressed / low-entropy collapse). ``--out DIR``
 sweeps every weight at diversity 0 and 1 over ``--seeds`` and writes ``simulator.csv`` (one row per
 weight, diversity and seed), ``simulator.md`` (mean and spread per cell) and ``simulator.png``.
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
         print(_row(f"template_weight={w:g}", m))
 
     if args.regimes:
-        print("\nregimes (METHOD.md section 2):")
+        print("\nregimes (docs/method.md section 2):")
         print(_header())
         corners = [("diverse", 0.0, 1.0), ("template collapse", 1.0, 1.0), ("compressed", 0.0, 0.0), ("low-entropy collapse", 1.0, 0.0)]
         for name, w, d in corners:

@@ -26,7 +26,7 @@ def test_preset_values():
     assert (ppo.kl_coef, ppo.kl_estimator, ppo.loss_agg_mode) == (0.001, "k3", "token-mean")
     for name, p in PRESETS.items():
         assert p.name == name
-        assert p.entropy_coef == 0.001  # METHOD.md section 6
+        assert p.entropy_coef == 0.001  # docs/method.md section 6
         assert p.loss_agg_mode in LOSS_AGG_MODES and p.kl_estimator in KL_ESTIMATORS
         assert p.use_critic or p.advantage in ADVANTAGE_ESTIMATORS
 

@@ -13,7 +13,7 @@ def _lse(xs):
 
 
 def _reference(L, zlen, row_col, equiv):
-    """Plain-Python loop over METHOD.md section 3 (no ties in random float matrices)."""
+    """Plain-Python loop over docs/method.md section 3 (no ties in random float matrices)."""
     R, C = len(L), len(L[0])
     mt, mg, ms, gs, acc = [], [], [], [], {1: [], 2: [], 4: [], 8: []}
     chance = []

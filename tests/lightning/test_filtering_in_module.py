@@ -1,5 +1,5 @@
 """SNR-aware filtering (the ``SNRFilter`` callback) driving the RL module, and the gradient-bucket
-analysis (METHOD.md sections 4-5).
+analysis (docs/method.md sections 4-5).
 
 Real tiny model, real LoRA, hand-built batches with chosen returns (P <= 4, G = 4).
 """

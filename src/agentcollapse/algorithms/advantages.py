@@ -1,7 +1,7 @@
 """Advantage estimators: group-relative (GRPO, Dr. GRPO) and token-level GAE (PPO).
 
 Plain functions on torch tensors (the role of verl's ``core_algos``). Callers pass detached tensors;
-nothing here needs gradients. See METHOD.md section 6.
+nothing here needs gradients. See docs/method.md section 6.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def grpo_advantages(returns: Tensor, eps: float = 1e-6, normalize_std: bool = Tr
 
     Each row is the G rollouts of one prompt. std is unbiased (ddof=1), as in GRPO/verl. A group of
     size 1 has no baseline and gets 0. A group whose returns are all equal gets exactly 0 (no task
-    signal; see METHOD.md section 4). ``normalize_std=False`` is Dr. GRPO: mean-centred only, which
+    signal; see docs/method.md section 4). ``normalize_std=False`` is Dr. GRPO: mean-centred only, which
     removes the per-prompt 1/std reweighting that favours low-variance prompts.
     """
     if returns.dim() != 2:

@@ -1,4 +1,4 @@
-"""Named algorithm settings (GRPO, Dr. GRPO, DAPO, PPO) as the literature and METHOD.md set them."""
+"""Named algorithm settings (GRPO, Dr. GRPO, DAPO, PPO) as the literature and docs/method.md section 6 set them."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class AlgorithmPreset:
 _COMMON: dict[str, Any] = dict(
     dual_clip=True,  # verl's default policy loss (dual clip, Ye et al. 2020), which RAGEN runs on
     clip_ratio_c=3.0,  # verl default clip_ratio_c
-    entropy_coef=0.001,  # METHOD.md section 6: entropy bonus 0.001 in all the authors' runs
+    entropy_coef=0.001,  # docs/method.md section 6: entropy bonus 0.001 in all the authors' runs
     kl_estimator="k3",  # verl/RAGEN kl_loss_type low_var_kl (k3); unused where kl_coef = 0
 )
 
@@ -110,7 +110,7 @@ PRESETS: dict[str, AlgorithmPreset] = {
         kl_coef=0.001,  # RAGEN default kl_loss_coef 0.001 (low_var_kl)
         use_critic=True,
         gamma=1.0,
-        lam=1.0,  # METHOD.md section 6: GAE with gamma = lambda = 1
+        lam=1.0,  # docs/method.md section 6: GAE with gamma = lambda = 1
         **_COMMON,
     ),
 }

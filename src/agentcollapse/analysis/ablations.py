@@ -1,5 +1,5 @@
 """The paper's ablation tables from finished runs, each cell a mean and Student-t 95% interval over the
-runs (seeds) that share the row's settings, with the paper's numbers beside ours (METHOD.md 8).
+runs (seeds) that share the row's settings, with the paper's numbers beside ours (docs/method.md section 8).
 
 * :func:`quartile_table`: train on one RV quartile (``filter=quartile``, ``filter.value=[lo, hi]``):
   success, MI proxies and entropy per quartile Q1 (highest RV) .. Q4.

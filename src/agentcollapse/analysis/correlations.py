@@ -232,7 +232,7 @@ def spearman_markdown(table: pd.DataFrame, runset: RunSet | None = None) -> str:
             + (f", {len(runset.skipped)} skipped (not finished or unreadable)" if len(runset.skipped) else "")
             + f"; diagnostics summarised by `{table['stat'].iloc[0] if len(table) else 'mean'}` over post-update steps; "
             "bootstrap 95% intervals over runs (seeded); p two-sided, exact (every pairing of the ranks) "
-            f"up to {EXACT_SPEARMAN_MAX_N} runs, scipy's t approximation above. Paper: RAGEN-2, METHOD.md section 8.\n"
+            f"up to {EXACT_SPEARMAN_MAX_N} runs, scipy's t approximation above. Paper: RAGEN-2, docs/method.md section 8.\n"
         )
     if table.empty:
         out.append("_No diagnostic and target found in these runs._\n")

@@ -1,4 +1,4 @@
-"""What the tables compare: the diagnostics, the targets, and the paper's numbers (METHOD.md section 8)."""
+"""What the tables compare: the diagnostics, the targets, and the paper's numbers (docs/method.md section 8)."""
 
 from __future__ import annotations
 

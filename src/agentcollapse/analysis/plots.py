@@ -3,8 +3,8 @@
 * :func:`plot_trajectories`: MI proxy, conditional entropy and success against step for chosen runs,
   with each run's decline onsets (``agentcollapse.analysis.lag``) marked;
 * :func:`plot_curves`: any metrics against step, one panel each, every run, coloured by its arm;
-* :func:`plot_regimes`: the four regimes (METHOD.md 2), conditional entropy vs MI, coloured by success;
-* :func:`plot_grad_buckets`: task vs regulariser gradient norm by reward-variance bucket (METHOD.md 4);
+* :func:`plot_regimes`: the four regimes (docs/method.md section 2), conditional entropy vs MI, coloured by success;
+* :func:`plot_grad_buckets`: task vs regulariser gradient norm by reward-variance bucket (docs/method.md section 4);
 * :func:`plot_forest`: the Spearman table with its intervals and the paper's values;
 * :func:`plot_simulator`: the template-collapse simulator sweep, H(Z|X) vs retrieval accuracy and MI.
 
@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 COND_ENTROPY = "collapse_trajectory_sample/conditional_entropy_est"
-# What template collapse moves (METHOD.md 2-3), beside held-out success: the MI proxy family (first turn,
+# What template collapse moves (docs/method.md sections 2-3), beside held-out success: the MI proxy family (first turn,
 # trajectory, beyond copying), what entropy monitoring sees, and whether the reasoning stays true
 CURVE_METRICS = (
     SUCCESS,
@@ -191,7 +191,7 @@ def plot_regimes(
     success: str = f"peak/{SUCCESS}",
 ) -> Path:
     """Each run at (conditional entropy, MI), coloured by ``success``, with the four regimes marked by
-    the medians (METHOD.md 2). A run with undefined MI is drawn at MI's chance value (hollow)."""
+    the medians (docs/method.md section 2). A run with undefined MI is drawn at MI's chance value (hollow)."""
     runs = runset.runs
     x = pd.to_numeric(runs.get(entropy, pd.Series(np.nan, index=runs.index)), errors="coerce")
     y = pd.to_numeric(runs.get(mi, pd.Series(np.nan, index=runs.index)), errors="coerce")

@@ -4,7 +4,7 @@ Commands:
   train       train one run, or a sweep with -m (Hydra multirun)
   sweep       a sweep file from sweeps/ with JOBS workers on one study (make sweep; --help)
   base-model  (re)build the tiny warm-started policy for env=... and print its held-out success
-  mi-check    roll out one batch and print Std(RV)/Mean(RV) with a reading (METHOD.md section 5)
+  mi-check    roll out one batch and print Std(RV)/Mean(RV) with a reading (docs/method.md section 5)
   doctor      check the environment: versions, cache dir, tiny model build, wandb mode, disk
   export-checkpoint RUN_DIR
               turn a trainer=fsdp run's sharded checkpoint into one file (resumable in one process)

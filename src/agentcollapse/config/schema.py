@@ -287,7 +287,7 @@ class AlgorithmConfig:
 
 @dataclass
 class FilterConfig:
-    """SNR-aware filtering (METHOD.md 5), applied by the ``snr_filter`` callback before each update."""
+    """SNR-aware filtering (docs/method.md section 5), applied by the ``snr_filter`` callback before each update."""
 
     name: str = opt("none", help="preset (a file under conf/filter/); none trains on every group")
     metric: str = opt(

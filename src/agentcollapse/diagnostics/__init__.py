@@ -1,4 +1,4 @@
-"""Diagnostics for template collapse: the in-batch MI proxy (METHOD.md section 3) and a simulator.
+"""Diagnostics for template collapse: the in-batch MI proxy (docs/method.md section 3) and a simulator.
 
 Pure functions and small stateful helpers; no Lightning or Hydra. Samplers register by name
 (``@register_sampler``); :func:`collapse_metrics` runs every registered one on a batch (but those it

@@ -1,4 +1,4 @@
-"""Which reasoning tokens are copied from the observation (the "MI beyond copying" proxy, issue 17).
+"""Which reasoning tokens are copied from the observation (the "MI beyond copying" proxy, docs/metrics.md).
 
 A reasoning word is *copied* when it lies in a run of at least ``min_words`` consecutive words that
 also occurs, word for word, in the observation the agent read at that turn. Words are

@@ -1,6 +1,6 @@
 """In-batch cross-scoring: log p_theta(Z_r | X_c) for every reasoning trace r under every context c.
 
-METHOD.md section 3. ``cross_score`` scores every (context, trace) pair as a continuation of the
+docs/method.md section 3. ``cross_score`` scores every (context, trace) pair as a continuation of the
 context (``agentcollapse.models.continuations``): one forward over each distinct context but its last
 token keeps its key/value tensors, and every pair then runs only ``[last context token] + trace[:-1]``
 on top of that cache, batched across contexts. ``naive_cross_score`` runs context + trace jointly for

@@ -2,7 +2,7 @@
 (a run stops itself) and the sweep's collapse-aware pruner (a sweep drops the trial).
 
 Template collapse is reasoning that no longer depends on the input while its entropy stays high
-(METHOD.md 2), so the rule reads an input-dependence metric of the proxy family, by default
+(docs/method.md section 2), so the rule reads an input-dependence metric of the proxy family, by default
 ``collapse_first_turn_sample/retrieval_above_chance`` (0 = traces are matched to their own prompt no
 better than chance): the run has collapsed when its last ``patience`` readings at or after
 ``min_step`` are all below ``threshold``. Its defaults are ``diagnostics.early_stop_*`` (one source:

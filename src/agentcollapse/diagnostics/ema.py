@@ -1,4 +1,4 @@
-"""Exponential moving averages for the MI z-score's sigma (METHOD.md section 3).
+"""Exponential moving averages for the MI z-score's sigma (docs/method.md section 3).
 
 ``mi_zscore_ema`` divides by an EMA of the marginal's std (decay 0.9, initialised with the first value,
 one EMA per sampler and per version, updated only on steps where the proxy is computed).

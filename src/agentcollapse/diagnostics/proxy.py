@@ -1,4 +1,4 @@
-"""Mutual-information proxy from an in-batch cross-score matrix (METHOD.md section 3).
+"""Mutual-information proxy from an in-batch cross-score matrix (docs/method.md section 3).
 
 Inputs: ``logp_sum[r, c]`` = log p(Z_r | X_c) summed over Z_r's tokens (from ``cross_score``),
 ``z_len[r]`` = |Z_r| in tokens, ``row_col[r]`` = the column holding row r's own context, and optionally
@@ -180,7 +180,7 @@ def proxy_metrics(
     row_col: torch.Tensor,
     col_equiv: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """All MI-proxy metrics of METHOD.md section 3 for one cross-score matrix (keys: ``PROXY_KEYS``).
+    """All MI-proxy metrics of docs/method.md section 3 for one cross-score matrix (keys: ``PROXY_KEYS``).
 
     With no rows every row-dependent value is NaN (``mi_upper_bound`` stays log C). ``col_equiv=None``
     treats all columns as distinct (chance = 1/C).

@@ -1,4 +1,4 @@
-"""The MI-proxy samplers of METHOD.md section 3: RolloutBatch -> (contexts, traces, row_col, stats).
+"""The MI-proxy samplers of docs/method.md section 3: RolloutBatch -> (contexts, traces, row_col, stats).
 
 Each sampler is one function decorated with ``@register_sampler(name)``, with the signature
 ``(batch, encode_think, rng, num_samples=None, replace=False) -> ProxySample``; its metrics are

@@ -16,7 +16,7 @@ Generative process (no RL, pure sampling):
 * ``diversity`` d sets the synonym set size S = 1 + round(d * 5) for the verb and the preposition. Both
   slot kinds make exactly the same two random choices, so H(Z|X) does not depend on w.
 
-The four regimes of METHOD.md section 2 are the corners: (w=0, d=1) diverse reasoning, (w=1, d=1)
+The four regimes of docs/method.md section 2 are the corners: (w=0, d=1) diverse reasoning, (w=1, d=1)
 template collapse, (w=0, d=0) compressed reasoning, (w=1, d=0) low-entropy collapse.
 
 Scoring uses a real small model: :class:`SimulatorScorer` trains a tiny ``LlamaForCausalLM`` from

@@ -3,7 +3,7 @@
 ``reset(seed) -> str`` gives the first observation; ``step(action_text)`` takes the text inside
 ``<answer>...</answer>`` (the rollout parses responses) and returns ``(observation, reward, done,
 info)`` with at least ``info["success"]`` and ``info["action_is_valid"]``. A turn that executes no
-valid action earns ``format_penalty`` (METHOD.md section 6). ``render_grid()`` is the state alone.
+valid action earns ``format_penalty`` (docs/method.md section 6). ``render_grid()`` is the state alone.
 ``demonstration(rng, ...)`` is the planner's (reasoning, answer) for the current state, used to
 warm-start the tiny policy and as a reference solver in tests.
 """

@@ -1,4 +1,4 @@
-"""Countdown: combine the given numbers with + - * / to reach the target (METHOD.md section 7).
+"""Countdown: combine the given numbers with + - * / to reach the target (docs/method.md section 7).
 
 Single turn, single answer: the whole text inside ``<answer>`` is one arithmetic expression.
 ``reset(seed)`` draws ``min_numbers..max_numbers`` numbers (default 3-4) from 1..``max_number``

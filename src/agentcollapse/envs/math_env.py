@@ -1,4 +1,4 @@
-"""Arithmetic word problems, generated offline, standing in for MetaMathQA (METHOD.md section 7).
+"""Arithmetic word problems, generated offline, standing in for MetaMathQA (docs/method.md section 7).
 
 Single turn, single answer. ``difficulty`` sets the structure:
   1: one operation on small numbers (2-10), in one of a few one-sentence stories;

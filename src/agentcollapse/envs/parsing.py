@@ -1,6 +1,6 @@
 """The shared response format: ``<think> Z </think><answer> A </answer>``.
 
-Generation starts right after a literal ``<think>`` appended to the context (METHOD.md section 3),
+Generation starts right after a literal ``<think>`` appended to the context (docs/method.md section 1),
 so a response may or may not repeat the opening tag; both parse the same way.
 """
 

@@ -1,4 +1,4 @@
-"""Sokoban as a multi-turn text game (METHOD.md section 7), with our own generator and planner.
+"""Sokoban as a multi-turn text game (docs/method.md section 7), with our own generator and planner.
 
 Levels come from reverse play: a room with a wall border and a few inner walls (3-6 in a 6x6 room;
 the floor stays connected), boxes placed on their targets, the player on a free cell, then

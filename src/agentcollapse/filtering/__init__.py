@@ -1,4 +1,4 @@
-"""SNR-aware filtering (METHOD.md section 5): score groups, keep a subset, diagnose RV spread.
+"""SNR-aware filtering (docs/method.md section 5): score groups, keep a subset, diagnose RV spread.
 
 - :mod:`.scores`: the score registry (``@register_score``) and :func:`group_scores`.
 - :mod:`.strategies`: the strategy registry (``@register_strategy``), :func:`select_groups`,

@@ -1,4 +1,4 @@
-"""The whole filter decision of one RL iteration as one pure function (METHOD.md section 5).
+"""The whole filter decision of one RL iteration as one pure function (docs/method.md section 5).
 
 ``decide(returns, successes, features, **filter_config_fields)`` says which groups (and, for
 trajectory-level filters, which trajectories) the update trains on, the loss multiplier and the
@@ -9,7 +9,7 @@ through unchanged. Precedence: ``name == "none"`` keeps everything (a true no-fi
 decides, at group level or (``within_group``) at trajectory level.
 
 An all-zero batch of a score whose zero means "no task gradient" (``reward_std``,
-``reward_variance``) keeps nothing whatever the strategy (METHOD.md 5: skip the update rather than
+``reward_variance``) keeps nothing whatever the strategy (docs/method.md section 5: skip the update rather than
 train on the regularisers only); an empty ``kept_groups`` tells the caller to skip the update.
 """
 
@@ -188,7 +188,7 @@ def decide(
     scores = group_scores(source, metric)
     kept = select_groups(scores, strategy, v, include_zero, top_p_mode, selection_eps, filter_type)
     if get_score(metric).zero_means_no_signal and np.all(np.abs(scores) <= ZERO_TOL):
-        kept = kept[:0]  # METHOD.md 5: no group carries task signal, so skip rather than regularise only
+        kept = kept[:0]  # docs/method.md section 5: no group carries task signal, so skip rather than regularise only
     metrics = {
         "filter/kept_count": float(kept.size),
         "filter/kept_ratio": float(kept.size / max(1, num_prompts)),

@@ -1,4 +1,4 @@
-"""Filter scores (METHOD.md section 5): one number per prompt group from a ``[P, G]`` array.
+"""Filter scores (docs/method.md section 5): one number per prompt group from a ``[P, G]`` array.
 
 Every score is one function decorated with :func:`register_score`; ``needs`` says which
 per-trajectory ``[P, G]`` array it reads (``"returns"``, ``"entropy"`` or ``"length"``), so the
@@ -51,7 +51,7 @@ class ScoreSpec:
     needs: str  # which [P, G] array the score reads: one of FEATURES
     min_group_size: int  # rollouts per prompt the score needs (2 for spreads)
     # True when a zero score means the group carries no task gradient (every rollout got the same
-    # return); a batch of such groups only is skipped (METHOD.md 5) instead of regularised only.
+    # return); a batch of such groups only is skipped (docs/method.md section 5) instead of regularised only.
     zero_means_no_signal: bool
     help: str
 

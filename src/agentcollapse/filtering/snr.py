@@ -1,4 +1,4 @@
-"""SNR diagnostics around the filter (METHOD.md sections 4 and 5): loss scaling, Std(RV)/Mean(RV) and
+"""SNR diagnostics around the filter (docs/method.md sections 4 and 5): loss scaling, Std(RV)/Mean(RV) and
 the reward-variance buckets of the gradient-norm analysis.
 
 Pure numpy: no Lightning, no Hydra. Scores live in :mod:`agentcollapse.filtering.scores`, strategies
@@ -82,7 +82,7 @@ def rv_std_over_mean(returns: Any) -> float:
 
 
 def interpret_rv_ratio(ratio: float) -> str:
-    """One-line reading of :func:`rv_std_over_mean` (METHOD.md section 5).
+    """One-line reading of :func:`rv_std_over_mean` (docs/method.md section 5).
 
     ``>= 1.0``: filtering likely helps (Sokoban 1.16-1.29); ``< 0.5``: likely hurts (FrozenLake
     0.33); in between: borderline; ``nan``: all-zero RV.
@@ -115,7 +115,7 @@ def rv_quantile_buckets(scores: Any, num_buckets: int = 6) -> list[np.ndarray]:
     ``min(num_buckets, P)`` buckets of ``P // that`` groups; the leftover ``P % that`` groups join
     the last (highest-RV) bucket, as in the authors' gradient analysis. With fewer groups than
     buckets each group gets its own bucket and the trailing buckets are empty, so the list always
-    has ``num_buckets`` entries. Used for the gradient-norm-by-RV analysis (METHOD.md section 4).
+    has ``num_buckets`` entries. Used for the gradient-norm-by-RV analysis (docs/method.md section 4).
     """
     n_buckets = _check_num_buckets(num_buckets)
     s = as_1d(scores)

@@ -1,4 +1,4 @@
-"""Filter strategies (METHOD.md section 5): which groups, or which trajectories, an update trains on.
+"""Filter strategies (docs/method.md section 5): which groups, or which trajectories, an update trains on.
 
 Each strategy is one function decorated with :func:`register_strategy`. Two levels exist:
 

@@ -1,6 +1,6 @@
 """``GradBucketAnalysis``: gradient norms of the task and regulariser terms per reward-variance bucket.
 
-METHOD.md section 4: split the prompts of a rollout batch into 6 RV quantile buckets and measure, per
+docs/method.md section 4: split the prompts of a rollout batch into 6 RV quantile buckets and measure, per
 bucket, the gradient norm over the trainable (LoRA) parameters of the policy-gradient term alone and of
 the KL + entropy regulariser alone. The paper finds the task norm rising with RV while the regulariser
 norm stays flat, so low-RV prompts contribute mostly regulariser pressure.

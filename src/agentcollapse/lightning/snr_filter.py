@@ -1,5 +1,5 @@
 """``SNRFilter``: the callback that intervenes. It scores the rollout's prompt groups (reward std by
-default) and returns the groups the update trains on (METHOD.md 5); the math is
+default) and returns the groups the update trains on (docs/method.md section 5); the math is
 :func:`agentcollapse.filtering.decide`. A run of consecutive iterations where nothing is kept stops the
 run (``filter.max_empty_steps``): no group carried task signal for that long.
 """

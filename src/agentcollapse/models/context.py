@@ -1,4 +1,4 @@
-"""How a multi-turn context X is written (METHOD.md section 3), shared by rollouts and the warm start
+"""How a multi-turn context X is written (docs/method.md section 1), shared by rollouts and the warm start
 so the policy is trained on exactly the tokens it later reads.
 
 X = chat template over [system, user(obs_1), assistant(resp_1), user(reward_1 + obs_2), ...] with

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # models sit below the config layer: configs are read, never 
 
 MODEL_NAMES = ("tiny", "smollm2-135m", "hf")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-ANSWER_CLOSE = "</answer>"  # a response ends here (METHOD.md section 3)
+ANSWER_CLOSE = "</answer>"  # a response ends here (docs/method.md section 1)
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ def rebuild_base_model(overrides: list[str]) -> tuple[Any, dict[str, Any]] | Non
 
 
 def rv_check(overrides: list[str]) -> dict[str, Any]:
-    """Std(RV)/Mean(RV) of iteration 1's rollout batch (METHOD.md 5), with the per-group RVs and a reading."""
+    """Std(RV)/Mean(RV) of iteration 1's rollout batch (docs/method.md section 5), with the per-group RVs and a reading."""
     from agentcollapse.filtering import group_scores, interpret_rv_ratio, rv_std_over_mean
 
     cfg, policy = config_and_policy(overrides, report=False)
