@@ -23,7 +23,7 @@ VLLM := $(shell nvidia-smi -L >/dev/null 2>&1 && echo vllm==0.32.0 || echo vllm-
 quote = '$(subst ','\'',$(1))'
 run = $(or $(2),$(BIN)/python) -m agentcollapse.sweep.storage --mask $(call quote,$(1)); $(1)
 
-.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-proxy-smollm2 bench-scaling mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report
+.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-proxy-smollm2 bench-experiment bench-scaling mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
@@ -138,6 +138,9 @@ bench-proxy: $(STAMP) ## MI proxy cost vs one iteration; cached vs naive cross-s
 bench-proxy-smollm2: $(STAMP) ## the MI proxy on SmolLM2-135M (Countdown, P=4 x G=8): its cost and what bf16 forwards change (~6 min)
 	@$(call run,$(BIN)/python -m benchmarks.bench_proxy --repeats 2 --skip-naive --name proxy_smollm2 model=smollm2-135m env=countdown \
 		rollout.num_prompts=4 rollout.group_size=8 $(ARGS))
+
+bench-experiment: $(STAMP) ## the SmolLM2 experiment's iteration, evaluation included: the pilot's settings vs the pre-registered ones, side by side (~15 min)
+	@$(call run,$(BIN)/python -m benchmarks.bench_experiment $(ARGS))
 
 mi-check: $(STAMP) ## Std(RV)/Mean(RV) from one rollout batch, with a one-line reading
 	@$(call run,$(BIN)/agentcollapse mi-check env=$(ENV) $(ARGS))

@@ -10,7 +10,7 @@ mistaken for this run's. A part that was never run is listed with the command th
 
 Results kept in git, so a fresh clone reports them labelled with their commit: the TRL comparison
 (``trl.json``: it needs a separate environment), and the SmolLM2 parts that run outside ``make bench``
-(``warm_start``, ``engines``, ``dtype``, ``scaling_smollm2``, ``proxy_smollm2``: minutes to an hour each).
+(``warm_start``, ``engines``, ``dtype``, ``scaling_smollm2``, ``proxy_smollm2``, ``experiment``: minutes to an hour each).
 ``latest.json``'s ``headline.performance_goals`` gives each goal of the second performance round (docs/performance.md:
 ahead of TRL with the MI proxy on, at the tiny head and at SmolLM2's size) with its value, target and commit.
 """
@@ -37,6 +37,7 @@ PARTS = {
     "warm_start": "make bench-warm-start",
     "dtype": "make bench-dtype",
     "engines": "make bench-engines",
+    "experiment": "make bench-experiment",
 }
 
 
@@ -101,6 +102,7 @@ def performance_goals(parts: dict[str, Any]) -> dict[str, Any]:
     limit = (parts.get("dtype") or {}).get("limit", {})
     scaling = (parts.get("scaling_smollm2") or {}).get("rows", {})
     base = scaling.get("base", {}).get("step")
+    experiment = (parts.get("experiment") or {}).get("summary", {})
     return {
         "1_trl_tiny_head_ratio": goal("trl", trl.get("natural", {}).get("ratio_ours_over_trl"), 0.8),
         "2_trl_smollm2_ratio": goal("trl", trl.get("smollm2", {}).get("ratio_ours_over_trl"), 0.8),
@@ -109,12 +111,19 @@ def performance_goals(parts: dict[str, Any]) -> dict[str, Any]:
         "4_smollm2_update_fraction_of_matmul_limit_fp32": goal("dtype", limit.get("float32", {}).get("update_fraction"), 0.5, below=False),
         "4_smollm2_update_fraction_of_matmul_limit_bf16": goal("dtype", limit.get("bfloat16", {}).get("update_fraction"), 0.5, below=False),
         "5_smollm2_scaling_step_over_base": {name: row["step"] / base for name, row in scaling.items()} if base else None,
+        "6_smollm2_experiment_iteration_over_pilot": goal("experiment", experiment.get("ratio"), 0.5),
+        "6_smollm2_experiment_peak_gib": goal("experiment", (experiment.get("peak_gib") or {}).get("prereg"), 8.0),
     }
 
 
 def goal_lines(goals: dict[str, Any]) -> list[str]:
     """``latest.md``'s first table: each performance goal with its value, target and commit."""
-    lines = ["## Performance goals (docs/performance.md)", "", "| goal | value | target | met | measured at | made by |", "|---|---|---|---|---|---|"]
+    lines = [
+        "## Performance goals (docs/performance.md)",
+        "",
+        "| goal | value | target | met | measured at | made by |",
+        "|---|---|---|---|---|---|",
+    ]
     for name, g in goals.items():
         if g is None:
             lines.append(f"| {name} | not measured | | | | |")
@@ -315,6 +324,20 @@ def engines_lines(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+def experiment_lines(r: dict[str, Any]) -> list[str]:
+    s = r["summary"]
+    lines = ["| arm | iteration, evaluation included (s) | update (s) | peak (GiB) |", "|---|---|---|---|"]
+    for arm in r["arms"]:
+        runs = r["runs"][arm]
+        lines.append(f"| {arm} | {s['iteration_s'][arm]:.1f} | {runs[0]['update_s']:.1f} | {s['peak_gib'][arm]:.1f} |")
+    return [
+        *lines,
+        "",
+        f"pre-registered / pilot: {s['ratio']:.2f}x an iteration at each one's evaluation cadence, {s['ratio_at_pilot_cadence']:.2f}x "
+        f"at the pilot's; update {s['update_ratio']:.2f}x ({r['steps']} iterations a run, {r['repeats']} round(s)).",
+    ]
+
+
 RENDER = {
     "iteration": ("Iteration: phases, tokens/s, roofline, peak memory", iteration_lines),
     "proxy": ("MI proxy: cached vs naive cross-scoring", proxy_lines),
@@ -327,6 +350,7 @@ RENDER = {
     "warm_start": ("A real model's warm start (`make bench-warm-start`)", warm_start_lines),
     "dtype": ("float32 vs bfloat16 weights (`make bench-dtype`)", dtype_lines),
     "engines": ("Rollout engines: transformers vs vLLM (`make bench-engines`)", engines_lines),
+    "experiment": ("The SmolLM2 experiment's iteration: pilot vs pre-registered (`make bench-experiment`)", experiment_lines),
 }
 
 

@@ -67,7 +67,8 @@ def test_performance_goals_give_each_value_its_target_and_commit(bench_report):
     }
     dtype = {"commit": "def5678", "limit": {"float32": {"update_fraction": 0.3}, "bfloat16": {"update_fraction": 0.55}}}
     scaling = {"commit": "def5678", "rows": {"base": {"step": 10.0}, "P x2": {"step": 18.0}}}
-    goals = bench_report.performance_goals({"trl": trl, "dtype": dtype, "scaling_smollm2": scaling})
+    experiment = {"commit": "0a1b2c3", "summary": {"ratio": 0.42, "peak_gib": {"pilot": 12.5, "prereg": 8.5}}}
+    goals = bench_report.performance_goals({"trl": trl, "dtype": dtype, "scaling_smollm2": scaling, "experiment": experiment})
     assert goals["1_trl_tiny_head_ratio"] == {
         "value": 0.78,
         "target": 0.8,
@@ -83,6 +84,9 @@ def test_performance_goals_give_each_value_its_target_and_commit(bench_report):
     assert goals["4_smollm2_update_fraction_of_matmul_limit_bf16"]["met"]
     assert not goals["4_smollm2_update_fraction_of_matmul_limit_fp32"]["met"]
     assert goals["5_smollm2_scaling_step_over_base"] == {"base": 1.0, "P x2": 1.8}
+    # the experiment's iteration against the pilot's (at most half), and its peak memory (at most 8 GiB)
+    assert goals["6_smollm2_experiment_iteration_over_pilot"]["met"]
+    assert not goals["6_smollm2_experiment_peak_gib"]["met"] and goals["6_smollm2_experiment_peak_gib"]["from"] == "make bench-experiment"
     table = "\n".join(bench_report.goal_lines(goals))  # latest.md's first table
     assert "| 1_trl_tiny_head_ratio | 0.780 | at most 0.8 | yes | `abc1234` | `make bench-trl` |" in table
     assert "| 4_smollm2_update_fraction_of_matmul_limit_fp32 | 0.300 | at least 0.5 | no |" in table
