@@ -75,7 +75,8 @@ def hide_password(url: str) -> str:
         parsed = make_url(url)
     except Exception:  # not a URL: print none of it, it may hold a password
         return "<storage URL>"
-    return parsed.difference_update_query(_password_keys(parsed)).render_as_string(hide_password=True)
+    # masked as text, not by SQLAlchemy: it ends a password at its first raw @ and would print the rest
+    return mask_passwords(parsed.difference_update_query(_password_keys(parsed)).render_as_string(hide_password=False))
 
 
 # scheme://user:password@: the password runs to the last @ before a space or the next URL (a raw @ in it
