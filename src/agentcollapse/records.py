@@ -23,6 +23,31 @@ from typing import Any
 
 STATUSES = ("running", "finished", "failed", "interrupted")
 
+# A sweep's trial record: the user attributes a sweep sets on each Optuna trial. What the trial's run
+# record said (its status and reason), where the run lives, and whether the trial is a grid's stray
+# (asked for after the grid ran out, failed at once, never run and never counted).
+STATUS, REASON, RUN_DIR, STRAY = "status", "reason", "run_dir", "stray"
+RETRY_STATUSES = ("interrupted", "lost")  # run again on resume
+# Optuna's trial states (TrialState names, so this module needs no Optuna) as a sweep names them
+_TRIAL_STATES = {"WAITING": "waiting", "RUNNING": "running", "PRUNED": "pruned", "COMPLETE": "finished"}
+
+
+def runs_again(user_attrs: dict[str, Any]) -> bool:
+    """Whether a failed (``FAIL``) trial runs again on resume: it was interrupted, its worker vanished
+    (``lost``, or still ``running`` when Optuna failed it as stale), or it has no status at all (its
+    worker died before recording anything, so no run of it is known: lost as well)."""
+    return user_attrs.get(STATUS, "lost") in (*RETRY_STATUSES, "running")
+
+
+def trial_status(trial: Any) -> str:
+    """An Optuna trial of a sweep as ``trials.csv``, the progress lines and the analysis tables name it:
+    waiting, running, finished, pruned, failed, or interrupted (stopped, or its worker vanished: it runs
+    again on resume, :func:`runs_again`)."""
+    named = _TRIAL_STATES.get(trial.state.name)
+    if named is not None:
+        return named
+    return "interrupted" if runs_again(trial.user_attrs) else "failed"
+
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     path = Path(path)

@@ -129,6 +129,21 @@ def test_study_db_alone_gives_trial_numbers_and_axes(tmp_path):
     assert len(_load(root)) == 1 and (root / "study.db").read_bytes() == b"not a database"
 
 
+def test_a_failed_trial_with_no_status_is_interrupted_in_the_study_db_as_in_trials_csv(tmp_path):
+    # Its worker died before recording anything: no run of it is known, so resume runs it again and
+    # both readers of the study (this table and the sweep's trials.csv, records.trial_status) say so.
+    optuna = pytest.importorskip("optuna")
+    from agentcollapse.records import trial_status
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'study.db'}", study_name="sweep")
+    study.tell(study.ask(), state=optuna.trial.TrialState.FAIL)
+    with pytest.warns(SkippedRunsWarning):
+        runset = load_runs(tmp_path)
+    assert runset.skipped["status"].tolist() == ["trial 0 interrupted"]
+    assert trial_status(study.trials[0]) == "interrupted"
+
+
 def test_a_record_left_running_by_a_killed_worker_is_reported_as_its_trial_ended(tmp_path):
     # The worker was killed mid-trial: its summary still says "running", trials.csv says interrupted.
     write_run(tmp_path, "0", success=[0.5])

@@ -137,3 +137,21 @@ def test_a_trial_whose_worker_vanished_runs_again_once_its_heartbeat_is_stale(tm
     again.write_csv()
     statuses = [r["status"] for r in _table(again)]
     assert statuses.count("interrupted") == 1 and statuses.count("finished") == 4
+
+
+def test_a_failed_trial_with_no_status_runs_again_on_resume_and_is_called_interrupted(tmp_path):
+    from optuna.trial import TrialState
+
+    study = _study(tmp_path)
+    lost = study.study.ask()  # popped and its axes suggested, then its worker died before recording a status
+    params = {axis.key: axis.suggest(lost) for axis in study.space.axes}
+    study.study.tell(lost, state=TrialState.FAIL)
+    study.write_csv()
+    assert [r["status"] for r in _table(study)] == ["interrupted", "waiting", "waiting", "waiting"]
+    again = _study(tmp_path)
+    assert "1 to run again" in again.start_line()
+    asked = []
+    while (got := again.ask()) is not None:
+        asked.append(got[1])
+        again.tell(got[0], Outcome("finished", 0.5))
+    assert len(asked) == 4 and asked[-1] == params  # the 3 other grid points, then the lost one

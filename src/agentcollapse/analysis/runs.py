@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from agentcollapse.records import read_summary
+from agentcollapse.records import REASON, RUN_DIR, STRAY, read_summary, trial_status
 
 __all__ = [
     "CHANCE_RETRIEVAL",
@@ -315,7 +315,6 @@ def _study_db_table(db: Path, sweep_dir: Path) -> pd.DataFrame | None:
 
     import optuna
     from optuna.distributions import CategoricalDistribution
-    from optuna.trial import TrialState
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     try:
@@ -324,19 +323,17 @@ def _study_db_table(db: Path, sweep_dir: Path) -> pd.DataFrame | None:
         trials = [t for name in studies for t in optuna.load_study(study_name=name, storage=storage).get_trials(deepcopy=False)]
     except Exception:  # not a study (SQLAlchemy's error), or another Optuna's schema (Optuna's)
         return None
-    status = {TrialState.COMPLETE: "finished", TrialState.PRUNED: "pruned", TrialState.WAITING: "waiting", TrialState.RUNNING: "running"}
     rows = []
     for t in trials:
-        if t.user_attrs.get("stray"):
+        if t.user_attrs.get(STRAY):
             continue
         row: dict[str, Any] = {
             "trial": str(t.number),
-            "trial_status": status.get(t.state)
-            or ("interrupted" if t.user_attrs.get("status") in ("interrupted", "lost", "running") else "failed"),
-            "trial_run_dir": str(t.user_attrs.get("run_dir") or sweep_dir / str(t.number)),
+            "trial_status": trial_status(t),
+            "trial_run_dir": str(t.user_attrs.get(RUN_DIR) or sweep_dir / str(t.number)),
         }
-        if "reason" in t.user_attrs:
-            row["trial_reason"] = str(t.user_attrs["reason"])
+        if REASON in t.user_attrs:
+            row["trial_reason"] = str(t.user_attrs[REASON])
         for name, value in t.params.items():
             row[f"sweep/{name}"] = str(value) if isinstance(t.distributions.get(name), CategoricalDistribution) else value
         rows.append(row)

@@ -1,4 +1,5 @@
-"""What one trial's run record says (:class:`Outcome`), and what a trial of the study is (:func:`trial_status`).
+"""What one trial's run record says (:class:`Outcome`). The trial's user attributes and what a trial of
+the study is called (:func:`agentcollapse.records.trial_status`) are :mod:`agentcollapse.records`'.
 
 A trial's value is its objective's ``final`` (the mean of its last three values after the first update:
 the analysis tables' final success, computed by :func:`agentcollapse.analysis.runs.metric_summaries`),
@@ -16,11 +17,7 @@ from agentcollapse.analysis.runs import metric_summaries
 from agentcollapse.records import read_summary
 from agentcollapse.sweep.settings import SweepSettings
 
-__all__ = ["REASON", "RETRY_STATUSES", "RUN_DIR", "STATUS", "Outcome", "trial_status"]
-
-# trial user attrs: what the run record said, and where it lives
-STATUS, REASON, RUN_DIR = "status", "reason", "run_dir"
-RETRY_STATUSES = ("interrupted", "lost")  # run again on resume
+__all__ = ["Outcome"]
 
 
 @dataclass
@@ -52,14 +49,3 @@ class Outcome:
         if status == "finished" and (value is None or not math.isfinite(float(value))):
             return cls("failed", None, f"finished without {settings.objective_name()} (is the metric logged?)", str(run_dir), extra)
         return cls(status, None if value is None else float(value), reason, str(run_dir), extra)
-
-
-def trial_status(trial: Any) -> str:
-    """A trial of the study as ``trials.csv`` and the progress lines name it: waiting, running, finished,
-    pruned, failed, or interrupted (stopped, or its worker vanished: it runs again on resume)."""
-    from optuna.trial import TrialState
-
-    named = {TrialState.WAITING: "waiting", TrialState.RUNNING: "running", TrialState.PRUNED: "pruned", TrialState.COMPLETE: "finished"}
-    if trial.state in named:
-        return named[trial.state]
-    return "interrupted" if trial.user_attrs.get(STATUS, "lost") in (*RETRY_STATUSES, "running") else "failed"

@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentcollapse.records import atomic_write_text
+from agentcollapse.records import REASON, RUN_DIR, STATUS, STRAY, atomic_write_text, trial_status
 from agentcollapse.sweep.optuna_bridge import enqueued_params
-from agentcollapse.sweep.outcome import REASON, RUN_DIR, STATUS, Outcome, trial_status
+from agentcollapse.sweep.outcome import Outcome
 from agentcollapse.sweep.settings import SweepSettings
 from agentcollapse.sweep.space import SearchSpace
 from agentcollapse.sweep.storage import hide_password
@@ -51,7 +51,7 @@ class StudyReport:
         return [
             t
             for t in self.study.get_trials(deepcopy=False)
-            if not t.user_attrs.get("stray") and not (t.state == TrialState.RUNNING and STATUS not in t.user_attrs)
+            if not t.user_attrs.get(STRAY) and not (t.state == TrialState.RUNNING and STATUS not in t.user_attrs)
         ]
 
     def counts(self) -> dict[str, int]:

@@ -12,7 +12,8 @@ a trial, runs it, and tells the outcome:
 Every trial's outcome comes from its run record (``summary.json``, :mod:`.outcome`), so a crashed trial
 is a ``FAIL`` with the run's own reason, a pruned one a ``PRUNED``. Resuming (the same sweep directory
 again) skips every trial that finished, failed or was pruned, and runs again the ones that were
-interrupted (Ctrl+C, SIGTERM) or whose worker vanished (no heartbeat for ``3 * heartbeat_s``). The
+interrupted (Ctrl+C, SIGTERM) or whose worker vanished (no heartbeat for ``3 * heartbeat_s``, or no
+status recorded at all: :func:`agentcollapse.records.runs_again`). The
 table and the progress lines are :mod:`.report`'s; Optuna's internals are only touched in :mod:`.optuna_bridge`.
 """
 
@@ -29,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from agentcollapse.errors import UserError
+from agentcollapse.records import REASON, RUN_DIR, STATUS, STRAY, runs_again
 from agentcollapse.sweep import optuna_bridge
-from agentcollapse.sweep.outcome import REASON, RETRY_STATUSES, RUN_DIR, STATUS, Outcome
+from agentcollapse.sweep.outcome import Outcome
 from agentcollapse.sweep.report import StudyReport
 from agentcollapse.sweep.settings import SweepSettings
 from agentcollapse.sweep.space import SearchSpace
@@ -158,9 +160,9 @@ class SweepStudy(StudyReport):
         requeued = set(self.study.user_attrs.get("requeued", []))
         again = []
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-            if t.number in requeued or t.user_attrs.get("stray"):
+            if t.number in requeued or t.user_attrs.get(STRAY):
                 continue
-            if t.user_attrs.get(STATUS) in (*RETRY_STATUSES, "running"):
+            if runs_again(t.user_attrs):
                 again.append(t)
         for t in again:
             self.study.enqueue_trial(
@@ -191,7 +193,7 @@ class SweepStudy(StudyReport):
         trial = self.study.ask()
         if self.settings.sampler == "grid" and not trial.user_attrs.get("grid"):
             # a worker on another machine (shared storage) took the last point between our check and our ask
-            trial.set_user_attr("stray", True)
+            trial.set_user_attr(STRAY, True)
             self.study.tell(trial, state=TrialState.FAIL)
             return None
         optuna_bridge.record_heartbeat(self.study, trial)  # from now on, a vanished worker's trial goes stale
