@@ -75,3 +75,17 @@ def test_pruner_settings_are_checked():
         build_pruner({"name": "hyperband"})
     with pytest.raises(UserError, match="has no setting"):
         build_pruner({"name": "median", "treshold": 0.1})
+
+
+def test_the_pruner_settings_have_one_owner():
+    # the plugin's hydra.sweeper.pruner node, build_pruner's keys and its defaults are PrunerSettings
+    from dataclasses import fields
+
+    from agentcollapse.sweep.pruner_settings import PrunerSettings
+    from agentcollapse.sweep.pruning import KEYS
+    from hydra_plugins.agentcollapse_sweeper.sweeper import PrunerConf
+
+    assert PrunerConf is PrunerSettings and KEYS == tuple(f.name for f in fields(PrunerSettings))
+    defaults = PrunerSettings()
+    median = build_pruner({"name": "median"})
+    assert (median._n_startup_trials, median._n_warmup_steps) == (defaults.n_startup_trials, defaults.n_warmup_steps)

@@ -1,6 +1,7 @@
 """Pruning sweep trials: a collapse-aware Optuna pruner, and the callback that reports from inside a trial.
 
-``hydra.sweeper.pruner.name`` chooses (every setting: ``PrunerConf`` in the plugin):
+``hydra.sweeper.pruner.name`` chooses (every setting and its default:
+:class:`~agentcollapse.sweep.settings.PrunerSettings`):
 
 * ``none`` (default): every trial runs to ``trainer.max_steps``;
 * ``median`` (``n_startup_trials``, ``n_warmup_steps``): Optuna's median rule on the reported objective;
@@ -20,6 +21,7 @@ another process (``hydra/launcher=submitit_local``) prunes as the sweeper would.
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from functools import cache
 from typing import Any
 
@@ -27,13 +29,15 @@ from agentcollapse.config import RunConfig
 from agentcollapse.diagnostics.early_warning import CollapseRule
 from agentcollapse.errors import UserError
 from agentcollapse.sweep.optuna_bridge import attach_trial, quiet_optuna
+from agentcollapse.sweep.pruner_settings import PrunerSettings
 from agentcollapse.sweep.storage import open_storage
 
 __all__ = ["KEYS", "PRUNERS", "CollapseAwarePruner", "build_pruner", "collapse_rule"]  # and TrialReporter (__getattr__)
 
 PRUNERS = ("none", "median", "collapse")
 COLLAPSE_HISTORY = "collapse_history"
-KEYS = ("name", "report_metric", "n_startup_trials", "n_warmup_steps", "metric", "threshold", "patience", "min_step", "median")
+KEYS = tuple(f.name for f in fields(PrunerSettings))
+_DEFAULT = PrunerSettings()
 
 
 def collapse_rule(spec: dict[str, Any]) -> CollapseRule:
@@ -55,8 +59,8 @@ def build_pruner(spec: dict[str, Any] | None, direction: str = "maximize") -> An
     """The Optuna pruner for ``hydra.sweeper.pruner`` (a dict with ``name``)."""
     import optuna
 
-    spec = dict(spec or {"name": "none"})
-    name = spec.get("name", "none")
+    spec = dict(spec or {"name": _DEFAULT.name})
+    name = spec.get("name", _DEFAULT.name)
     if name not in PRUNERS:
         raise UserError(f"unknown hydra.sweeper.pruner.name {name!r}; valid: {', '.join(PRUNERS)}")
     unknown = set(spec) - set(KEYS)
@@ -65,11 +69,12 @@ def build_pruner(spec: dict[str, Any] | None, direction: str = "maximize") -> An
     if name == "none":
         return optuna.pruners.NopPruner()
     median = optuna.pruners.MedianPruner(
-        n_startup_trials=int(spec.get("n_startup_trials", 4)), n_warmup_steps=int(spec.get("n_warmup_steps", 1))
+        n_startup_trials=int(spec.get("n_startup_trials", _DEFAULT.n_startup_trials)),
+        n_warmup_steps=int(spec.get("n_warmup_steps", _DEFAULT.n_warmup_steps)),
     )
     if name == "median":
         return median
-    return CollapseAwarePruner(collapse_rule(spec), median if spec.get("median", True) else None)
+    return CollapseAwarePruner(collapse_rule(spec), median if spec.get("median", _DEFAULT.median) else None)
 
 
 class CollapseAwarePruner(_import_optuna_base()):  # type: ignore[misc]

@@ -1,7 +1,8 @@
 """What ``hydra.sweeper`` configures: :class:`SweepSettings`, one field per setting with its help.
 
 These fields are the sweeper's config: the Hydra plugin's ``AgentCollapseSweeperConf`` is this dataclass
-plus the pruner's settings and the search space (``params``), so a setting is added or documented here.
+plus the pruner's settings (:class:`~agentcollapse.sweep.pruner_settings.PrunerSettings`,
+``hydra.sweeper.pruner``) and the search space (``params``), so a setting is added or documented here.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ class SweepSettings:
     batch_size: int = opt(1, help="trials handed to the launcher at once (hydra/launcher=submitit_local runs a batch in parallel)")
     heartbeat_s: int = opt(30, help="a running trial's worker proves it is alive this often; 3x silent = lost, run again on resume")
     pruner: dict[str, Any] = opt(
-        factory=lambda: {"name": "none"}, help="hydra.sweeper.pruner.name=collapse hydra.sweeper.pruner.threshold=0.1 ... (PrunerConf)"
+        factory=lambda: {"name": "none"},
+        help="hydra.sweeper.pruner.name=collapse hydra.sweeper.pruner.threshold=0.1 ... (PrunerSettings: sweep/pruner_settings.py)",
     )
 
     def validate(self) -> None:

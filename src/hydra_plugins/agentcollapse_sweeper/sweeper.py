@@ -26,25 +26,10 @@ from hydra.core.config_store import ConfigStore
 from hydra.plugins.sweeper import Sweeper
 from omegaconf import DictConfig, OmegaConf
 
-from agentcollapse.config import DiagnosticsConfig
+from agentcollapse.sweep.pruner_settings import PrunerSettings
 from agentcollapse.sweep.settings import SweepSettings
 
-_RULE = DiagnosticsConfig()  # the collapse rule's defaults: diagnostics.early_stop_* (one source)
-
-
-@dataclass
-class PrunerConf:
-    # none: every trial runs to the end | median: Optuna's median rule on the reported objective |
-    # collapse: pruned once the MI proxy says the reasoning collapsed, else by the median rule
-    name: str = "none"
-    report_metric: Optional[str] = None  # reported after each iteration that logs it (null: the objective)
-    n_startup_trials: int = 4  # median rule: trials that finish before any is pruned
-    n_warmup_steps: int = 1  # median rule: iterations of each trial before it can be pruned
-    metric: str = _RULE.early_stop_metric  # collapse rule: what it reads
-    threshold: float = _RULE.early_stop_threshold  # collapse rule: collapsed below this ...
-    patience: int = _RULE.early_stop_patience  # ... for this many proxy steps in a row
-    min_step: int = _RULE.early_stop_min_step  # collapse rule: readings before this iteration are ignored
-    median: bool = True  # collapse: also the median rule
+PrunerConf = PrunerSettings  # hydra.sweeper.pruner: its settings, names and defaults are the package's
 
 
 @dataclass
