@@ -156,3 +156,22 @@ def test_trajectory_sample_with_replacement():
     assert dup
     again = trajectory_sample(batch, encode, np.random.default_rng(5), num_samples=40, replace=True)
     assert again.traces == s.traces and again.contexts == s.contexts
+
+
+def test_the_registry_is_the_one_list_of_samplers():
+    # the schema's help for diagnostics.skip_samplers names them: it must name the registry's, in order
+    import re
+
+    from agentcollapse.config.schema import DiagnosticsConfig, field_help
+    from agentcollapse.diagnostics import get_sampler, sampler_names
+
+    help_text = dict((name, text) for name, _, text in field_help(DiagnosticsConfig))["skip_samplers"]
+    named = re.search(r"\(([^;]*);", help_text).group(1).split(", ")
+    assert tuple(named) == sampler_names()
+    # the nocopy samplers draw with their plain ones' options (collapse_metrics reads draws_like)
+    assert {n: get_sampler(n).draws_like for n in sampler_names()} == {
+        "first_turn": "first_turn",
+        "trajectory": "trajectory",
+        "first_turn_nocopy": "first_turn",
+        "trajectory_nocopy": "trajectory",
+    }

@@ -102,21 +102,16 @@ def collapse_metrics(
 
     ``emas`` maps ``sampler_prefix(name)`` to that sampler's EMA state (created on first use).
     Sampler draws come from ``rng`` in registration order. ``trajectory_samples``,
-    ``first_turn_samples`` and ``trajectory_replace`` set the built-in samplers' options (the nocopy
-    variants draw as their plain ones do); ``options`` (keyed by sampler name) overrides them or
+    ``first_turn_samples`` and ``trajectory_replace`` set the built-in samplers' options, and those of
+    every sampler registered to draw like one (``SamplerSpec.draws_like``: the nocopy variants); ``options`` (keyed by sampler name) overrides them or
     configures other samplers. ``skip``: registered samplers not to run.
     A sample's ``token_weights`` weight the cross-score sums and set its per-token lengths
     (:meth:`ProxySample.lengths`). A (context, trace) pair that several samplers draw runs one forward
     (``cross_score``'s memo). ``autocast``: the dtype the model's cross-scoring forwards run in (None: as loaded).
     """
-    first_turn, trajectory = SamplerOptions(first_turn_samples), SamplerOptions(trajectory_samples, trajectory_replace)
-    opts: dict[str, SamplerOptions] = {
-        "first_turn": first_turn,
-        "trajectory": trajectory,
-        "first_turn_nocopy": first_turn,
-        "trajectory_nocopy": trajectory,
-        **dict(options or {}),
-    }
+    builtin = {"first_turn": SamplerOptions(first_turn_samples), "trajectory": SamplerOptions(trajectory_samples, trajectory_replace)}
+    drawn = {name: get_sampler(name).draws_like for name in sampler_names()}
+    opts = {name: builtin[like] for name, like in drawn.items() if like in builtin} | dict(options or {})
     out: dict[str, float] = {}
     memo: PairMemo = {}  # every sampler's pairs, scored once: the nocopy samplers reweight the plain ones'
     encode_think = lambda text: encode(tokenizer, text)  # noqa: E731

@@ -90,17 +90,21 @@ class SamplerSpec:
     name: str
     fn: SamplerFn
     help: str
+    # the sampler whose draw options (diagnostics.<it>_samples, ...) this one takes: its own name but for
+    # samplers that draw as another does (the nocopy ones)
+    draws_like: str = ""
 
 
 _SAMPLERS: Registry[SamplerSpec] = Registry("MI-proxy sampler")
 
 
-def register_sampler(name: str) -> Callable[[SamplerFn], SamplerFn]:
-    """Decorator: register ``fn(batch, encode_think, rng, num_samples, replace)`` as sampler ``name``."""
+def register_sampler(name: str, draws_like: str = "") -> Callable[[SamplerFn], SamplerFn]:
+    """Decorator: register ``fn(batch, encode_think, rng, num_samples, replace)`` as sampler ``name``,
+    drawing with the options of sampler ``draws_like`` (default: its own)."""
 
     def deco(fn: SamplerFn) -> SamplerFn:
         doc = (fn.__doc__ or "").strip().splitlines()
-        _SAMPLERS.add(name, SamplerSpec(name, fn, doc[0] if doc else ""))
+        _SAMPLERS.add(name, SamplerSpec(name, fn, doc[0] if doc else "", draws_like or name))
         return fn
 
     return deco
@@ -285,7 +289,7 @@ def _without_copies(sample: ProxySample, turns: list[Turn], encode_think: Encode
     return sample._replace(stats=stats, token_weights=weights)
 
 
-@register_sampler("first_turn_nocopy")
+@register_sampler("first_turn_nocopy", draws_like="first_turn")
 def first_turn_nocopy_sample(
     batch: RolloutBatch,
     encode_think: EncodeFn,
@@ -303,7 +307,7 @@ def first_turn_nocopy_sample(
     return _without_copies(sample, turns, encode_think, min_words)
 
 
-@register_sampler("trajectory_nocopy")
+@register_sampler("trajectory_nocopy", draws_like="trajectory")
 def trajectory_nocopy_sample(
     batch: RolloutBatch,
     encode_think: EncodeFn,
