@@ -30,7 +30,7 @@ from agentcollapse.lightning import distributed, evaluation
 from agentcollapse.lightning import update as phases
 from agentcollapse.lightning.hooks import RolloutHook, Selection
 from agentcollapse.models.continuations import shared_prefix_forward
-from agentcollapse.models.hf import base_model, folded_lora_weights
+from agentcollapse.models.hf import base_model, folded_lora_weights, pad_token_id
 from agentcollapse.models.policy import Policy
 from agentcollapse.models.value_head import ValueHead
 from agentcollapse.progress import peak_rss_mib
@@ -310,8 +310,7 @@ class AgentRLModule(L.LightningModule):
     # -- the update -----------------------------------------------------------------------------
     @property
     def pad_id(self) -> int:
-        tok = self.policy.tokenizer
-        return int(tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+        return pad_token_id(self.policy.tokenizer)
 
     def forward_sequences(self, mb: dict[str, torch.Tensor], with_values: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         # Sequences are right-padded (collate), so causality alone keeps every real token from seeing

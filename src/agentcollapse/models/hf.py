@@ -1,5 +1,6 @@
-"""Hugging Face model and KV-cache helpers shared by decoding (``rollout``) and cross-scoring
-(``diagnostics``): one place that knows how this transformers version names and lays out the cache.
+"""Hugging Face model, tokenizer and KV-cache helpers shared by decoding (``rollout``), cross-scoring
+(``diagnostics``) and training: one place that knows how this transformers version names and lays out
+the cache, and which id pads a batch (:func:`pad_token_id`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "layer_tensors",
     "model_device",
     "output_cache",
+    "pad_token_id",
     "quiet_loading",
     "stack_row_caches",
 ]
@@ -83,6 +85,13 @@ def eval_no_grad(model: torch.nn.Module) -> Iterator[None]:
     finally:
         for m, was_training in flags:
             m.training = was_training
+
+
+def pad_token_id(tokenizer: Any) -> int:
+    """The id that pads a batch: the tokenizer's pad token, else its EOS (causal LMs often have no pad;
+    padded positions are masked out, so which id fills them does not matter beyond being a real one)."""
+    pad = tokenizer.pad_token_id
+    return int(pad if pad is not None else tokenizer.eos_token_id)
 
 
 @contextmanager

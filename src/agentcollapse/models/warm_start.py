@@ -26,7 +26,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from agentcollapse.models.cache import build_lock
-from agentcollapse.models.hf import quiet_loading
+from agentcollapse.models.hf import pad_token_id, quiet_loading
 from agentcollapse.models.lora import add_lora
 from agentcollapse.models.tiny import (
     demonstration_episodes,
@@ -93,7 +93,7 @@ def warm_started_dir(
         sequences = [episode_sequence(tokenizer, turns) for turns in episodes]
         model = add_lora(base, lora.r, lora.alpha, 0.0, lora.target_modules)
         batches = length_bucketed_batches([len(ids) for ids, _ in sequences], ws.batch_size, ws.batch_tokens)
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        pad_id = pad_token_id(tokenizer)
         final_loss = supervised_fine_tune(model, sequences, batches, ws.steps, ws.lr, ws.seed, pad_id, progress, ws.context_loss_weight)
         merged = model.merge_and_unload()
         root.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ import torch
 from agentcollapse.envs import TextEnv
 from agentcollapse.envs.parsing import parse_response
 from agentcollapse.models.context import first_context_ids, next_context_ids, next_user_message
+from agentcollapse.models.hf import pad_token_id
 from agentcollapse.models.policy import Policy
 from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
 from agentcollapse.rollout.generate import RowCache, generate
@@ -43,7 +44,7 @@ def collect_rollouts(
     if len(per_seed) != len(env_seeds):
         raise ValueError(f"{len(per_seed)} temperatures for {len(env_seeds)} env seeds")
     tok = policy.tokenizer
-    pad_id = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    pad_id = pad_token_id(tok)
     # live: (trajectory index, env, this turn's context ids, its user message, random stream)
     trajectories, live, temps, stream_seeds = [], [], [], []  # temps, stream seeds: one per trajectory
     for p, seed in enumerate(env_seeds):
