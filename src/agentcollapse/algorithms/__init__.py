@@ -1,6 +1,7 @@
 """Pure RL math on torch tensors (the role of verl's ``core_algos``): advantage estimators, KL
-estimators and loss aggregations registered by name, the policy/value losses, the whole objective of
-a micro-batch written once (``objective``), and the algorithm presets."""
+estimators, loss aggregations and policy losses (clipped PPO, GSPO, CISPO, SAPO) registered by name,
+the value loss, the whole objective of a micro-batch written once (``objective``), and the algorithm
+presets."""
 
 from agentcollapse.algorithms.advantages import (
     ADVANTAGE_ESTIMATORS,
@@ -16,13 +17,20 @@ from agentcollapse.algorithms.advantages import (
 from agentcollapse.algorithms.correction import ROLLOUT_CORRECTIONS, CorrectionStats, rollout_correction_weights
 from agentcollapse.algorithms.kl import KL_ESTIMATORS, kl_penalty, register_kl
 from agentcollapse.algorithms.losses import (
+    DEFAULT_POLICY_LOSS,
     LOSS_AGG_MODES,
+    POLICY_LOSSES,
+    PolicyLoss,
     PolicyLossOutput,
     aggregate_loss,
+    cispo_policy_loss,
     entropy_from_logits,
+    gspo_policy_loss,
     masked_mean,
     policy_loss,
     register_loss_agg,
+    register_policy_loss,
+    sapo_policy_loss,
     value_loss,
 )
 from agentcollapse.algorithms.objective import ObjectiveTerms, aggregation_pair, micro_batch_weight, rl_objective
@@ -31,10 +39,19 @@ from agentcollapse.algorithms.presets import (
     AlgorithmPreset,
     advantage_kinds,
     get_preset,
+    with_overrides,
 )
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
+    "DEFAULT_POLICY_LOSS",
+    "POLICY_LOSSES",
+    "PolicyLoss",
+    "cispo_policy_loss",
+    "gspo_policy_loss",
+    "register_policy_loss",
+    "sapo_policy_loss",
+    "with_overrides",
     "ROLLOUT_CORRECTIONS",
     "CorrectionStats",
     "rollout_correction_weights",

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 
 from agentcollapse.algorithms.kl import kl_penalty
-from agentcollapse.algorithms.losses import PolicyLossOutput, aggregate_loss, entropy_from_logits, masked_mean, policy_loss, value_loss
+from agentcollapse.algorithms.losses import POLICY_LOSSES, PolicyLossOutput, aggregate_loss, entropy_from_logits, masked_mean, value_loss
 from agentcollapse.algorithms.presets import AlgorithmPreset
 
 __all__ = ["ObjectiveTerms", "aggregation_pair", "micro_batch_weight", "rl_objective"]
@@ -31,7 +31,7 @@ class ObjectiveTerms:
     total: Tensor
     task: Tensor
     regulariser: Tensor
-    policy: PolicyLossOutput  # the unweighted clipped policy loss and its clip statistics
+    policy: PolicyLossOutput  # the unweighted policy loss (algo.policy_loss) and its clip statistics
     entropy: Tensor  # detached mean token entropy over response tokens
     kl: Tensor | None  # detached aggregated KL (None when kl_coef = 0)
     value_loss: Tensor | None  # detached critic loss (None without a critic)
@@ -84,19 +84,7 @@ def rl_objective(
     (it is only logged then).
     """
     agg = algo.loss_agg_mode
-    pl = policy_loss(
-        logp,
-        old_logp,
-        advantages,
-        mask,
-        algo.clip_low,
-        algo.clip_high,
-        algo.clip_ratio_c,
-        algo.dual_clip,
-        agg,
-        norm_length=norm_length,
-        token_weights=token_weights,
-    )
+    pl = POLICY_LOSSES.get(algo.policy_loss).compute(logp, old_logp, advantages, mask, algo, agg, norm_length, token_weights)
     # The total is summed in one fixed order (policy, entropy, KL, critic) so it is bit-stable.
     total = pl.loss
     regulariser = pl.loss.new_zeros(())

@@ -7,9 +7,9 @@ from typing import Any
 
 from agentcollapse.algorithms.advantages import ADVANTAGE_ESTIMATORS
 from agentcollapse.algorithms.kl import KL_ESTIMATORS
-from agentcollapse.algorithms.losses import LOSS_AGG_MODES
+from agentcollapse.algorithms.losses import DEFAULT_POLICY_LOSS, LOSS_AGG_MODES, POLICY_LOSSES
 
-__all__ = ["PRESETS", "AlgorithmPreset", "advantage_kinds", "get_preset"]
+__all__ = ["PRESETS", "AlgorithmPreset", "advantage_kinds", "get_preset", "with_overrides"]
 
 TOKEN_LEVEL_ADVANTAGE = "gae"  # PPO's critic-based advantage; every other kind is a registered group estimator
 
@@ -38,8 +38,17 @@ class AlgorithmPreset:
     gamma: float
     lam: float
     dynamic_sampling: bool = False  # DAPO: refill the batch with groups whose rewards vary
+    policy_loss: str = DEFAULT_POLICY_LOSS  # a registered policy loss (losses.POLICY_LOSSES)
+    sapo_tau_pos: float = 1.0  # SAPO gate temperature where A > 0 (TRL / verl default)
+    sapo_tau_neg: float = 1.05  # SAPO gate temperature where A <= 0 (TRL / verl default)
 
     def __post_init__(self) -> None:
+        if self.policy_loss not in POLICY_LOSSES:
+            raise ValueError(f"policy_loss {self.policy_loss!r} not in {list(POLICY_LOSSES)}")
+        if self.dual_clip and self.policy_loss != DEFAULT_POLICY_LOSS:
+            raise ValueError(f"dual_clip applies to policy_loss={DEFAULT_POLICY_LOSS} only, not {self.policy_loss}")
+        if not (self.sapo_tau_pos > 0 and self.sapo_tau_neg > 0):
+            raise ValueError(f"SAPO temperatures must be > 0, got ({self.sapo_tau_pos}, {self.sapo_tau_neg})")
         if self.advantage not in advantage_kinds():
             raise ValueError(f"advantage {self.advantage!r} not in {list(advantage_kinds())}")
         if self.loss_agg_mode not in LOSS_AGG_MODES:
@@ -114,6 +123,16 @@ PRESETS: dict[str, AlgorithmPreset] = {
         **_COMMON,
     ),
 }
+
+
+def with_overrides(preset: AlgorithmPreset, **overrides: Any) -> AlgorithmPreset:
+    """``preset`` with ``overrides`` laid over it; a ``policy_loss`` other than the preset's also brings
+    its own defaults (GSPO's small clip range, ...) for every setting that ``overrides`` leaves out."""
+    loss = overrides.get("policy_loss", preset.policy_loss)
+    if loss not in POLICY_LOSSES:
+        raise ValueError(f"unknown policy_loss {loss!r}; choose one of {', '.join(POLICY_LOSSES)}")
+    defaults = {k: v for k, v in POLICY_LOSSES.get(loss).defaults.items() if k not in overrides}
+    return preset.__class__(**{**preset.__dict__, **defaults, **overrides})
 
 
 def get_preset(name: str) -> AlgorithmPreset:

@@ -5,21 +5,25 @@ from __future__ import annotations
 
 from dataclasses import fields
 
-from agentcollapse.algorithms.presets import PRESETS, AlgorithmPreset
-from agentcollapse.config.schema import AlgorithmConfig, RunConfig
+from agentcollapse.algorithms.losses import POLICY_LOSSES
+from agentcollapse.algorithms.presets import PRESETS, AlgorithmPreset, with_overrides
+from agentcollapse.config.schema import AlgorithmConfig, RunConfig, _one_of
 from agentcollapse.errors import UserError
 
 __all__ = ["algorithm_preset", "resolve_presets"]
 
 
 def algorithm_preset(cfg: AlgorithmConfig) -> AlgorithmPreset:
-    """The preset named by ``cfg.name`` with every non-null field of ``cfg`` laid over it."""
+    """The preset named by ``cfg.name`` with every non-null field of ``cfg`` laid over it (and the chosen
+    ``policy_loss``'s own defaults under them)."""
     if cfg.name not in PRESETS:
         raise UserError(f"unknown algorithm {cfg.name!r}; valid algorithms: {', '.join(sorted(PRESETS))} (choose with algorithm=<name>)")
+    if cfg.policy_loss is not None and cfg.policy_loss not in POLICY_LOSSES:
+        _one_of("algorithm.policy_loss", cfg.policy_loss, POLICY_LOSSES.names())
     preset = PRESETS[cfg.name]
     overrides = {f.name: getattr(cfg, f.name) for f in fields(preset) if f.name != "name" and getattr(cfg, f.name, None) is not None}
     try:
-        return preset.__class__(**{**preset.__dict__, **overrides})
+        return with_overrides(preset, **overrides)
     except (ValueError, TypeError) as exc:
         raise UserError(f"bad algorithm settings: {exc}") from None
 

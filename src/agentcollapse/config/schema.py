@@ -234,10 +234,19 @@ class AlgorithmConfig:
     loss_agg_mode: Optional[str] = opt(
         None, help="loss aggregation: token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm"
     )
-    clip_low: Optional[float] = opt(None, help="PPO clip epsilon below 1")
-    clip_high: Optional[float] = opt(None, help="PPO clip epsilon above 1 (DAPO clip-higher: 0.28)")
-    dual_clip: Optional[bool] = opt(None, help="dual clip for negative advantages (verl's default)")
+    policy_loss: Optional[str] = opt(
+        None,
+        help="policy loss (null: clipped): clipped (PPO, any aggregation) | gspo (Zheng et al. 2025, verl compute_policy_loss_gspo: sequence ratio; sets clip 3e-4/4e-4, seq-mean-token-mean) | cispo (MiniMax-M1 2025, TRL loss_type=cispo: sg[min(r, 1+clip_high)]*A*logp; sets clip_high 4.0, token-mean) | sapo (Qwen 2025, verl/TRL: sigmoid gate; sets seq-mean-token-mean); each takes any loss_agg_mode, explicit settings win",
+    )
+    clip_low: Optional[float] = opt(None, help="PPO clip epsilon below 1 (gspo: its lower clip, default 3e-4; unused by cispo and sapo)")
+    clip_high: Optional[float] = opt(
+        None,
+        help="PPO clip epsilon above 1 (DAPO clip-higher: 0.28; gspo: default 4e-4; cispo: weight cap 1 + clip_high, default 4.0; unused by sapo)",
+    )
+    dual_clip: Optional[bool] = opt(None, help="dual clip for negative advantages (verl's default; policy_loss=clipped only)")
     clip_ratio_c: Optional[float] = opt(None, help="dual-clip bound (> 1)")
+    sapo_tau_pos: Optional[float] = opt(None, help="policy_loss=sapo: gate temperature where A > 0 (TRL/verl default 1.0)")
+    sapo_tau_neg: Optional[float] = opt(None, help="policy_loss=sapo: gate temperature where A <= 0 (TRL/verl default 1.05)")
     kl_coef: Optional[float] = opt(None, help="weight of KL(pi || reference) in the loss (0: off)")
     kl_estimator: Optional[str] = opt(None, help="KL estimator: k1 | k2 | k3 (= low_var_kl) | abs")
     entropy_coef: Optional[float] = opt(None, help="weight of the entropy bonus")
@@ -272,7 +281,20 @@ class AlgorithmConfig:
     rollout_correction_cap: float = opt(2.0, help="the rollout correction's cap on the importance ratio (> 1)")
 
     def validate(self) -> None:
-        for key in ("kl_coef", "entropy_coef", "clip_low", "clip_high", "clip_ratio_c", "gamma", "lam", "lr", "critic_lr", "max_grad_norm"):
+        for key in (
+            "kl_coef",
+            "entropy_coef",
+            "clip_low",
+            "clip_high",
+            "clip_ratio_c",
+            "sapo_tau_pos",
+            "sapo_tau_neg",
+            "gamma",
+            "lam",
+            "lr",
+            "critic_lr",
+            "max_grad_norm",
+        ):
             _finite(f"algorithm.{key}", getattr(self, key))
         for key in ("ppo_epochs", "micro_batch_size", "reference_batch_size", "max_nonfinite_steps"):
             _at_least(f"algorithm.{key}", getattr(self, key), 1)
