@@ -132,14 +132,7 @@ def policy_loss(
     ``token_weights`` (detached, [B, T]) scale each token's loss: the rollout correction's
     importance weights (``algorithms.correction``).
     """
-    if logprob.shape != old_logprob.shape or logprob.shape != mask.shape:
-        raise ValueError(
-            "logprob, old_logprob and mask must share one shape; got "
-            f"{tuple(logprob.shape)}, {tuple(old_logprob.shape)}, {tuple(mask.shape)}"
-        )
-    if advantages.dim() == logprob.dim() - 1:
-        advantages = advantages.unsqueeze(-1)
-    advantages = advantages.expand_as(logprob)
+    advantages = _check_shapes(logprob, old_logprob, advantages, mask)
     if dual_clip and clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 for the dual clip, got {clip_ratio_c}")
 
