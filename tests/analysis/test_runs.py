@@ -102,7 +102,7 @@ def test_trials_csv_adds_axes_and_names_trials_without_a_run(sweep):
 
 
 def test_study_db_alone_gives_trial_numbers_and_axes(tmp_path):
-    optuna = pytest.importorskip("optuna")
+    import optuna
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     root = tmp_path / "a sweep"
     root.mkdir()
@@ -132,7 +132,7 @@ def test_study_db_alone_gives_trial_numbers_and_axes(tmp_path):
 def test_a_failed_trial_with_no_status_is_interrupted_in_the_study_db_as_in_trials_csv(tmp_path):
     # Its worker died before recording anything: no run of it is known, so resume runs it again and
     # both readers of the study (this table and the sweep's trials.csv, records.trial_status) say so.
-    optuna = pytest.importorskip("optuna")
+    import optuna
     from agentcollapse.records import trial_status
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
