@@ -103,6 +103,7 @@ def test_trials_csv_adds_axes_and_names_trials_without_a_run(sweep):
 
 def test_study_db_alone_gives_trial_numbers_and_axes(tmp_path):
     import optuna
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     root = tmp_path / "a sweep"
     root.mkdir()
@@ -133,6 +134,7 @@ def test_a_failed_trial_with_no_status_is_interrupted_in_the_study_db_as_in_tria
     # Its worker died before recording anything: no run of it is known, so resume runs it again and
     # both readers of the study (this table and the sweep's trials.csv, records.trial_status) say so.
     import optuna
+
     from agentcollapse.records import trial_status
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
