@@ -31,7 +31,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, alternating, measured_train, save_markdown, save_result
+from benchmarks.common import ROOT, alternating, command, measured_train, save_markdown, save_result
 
 ARMS = {"pilot": "smollm2_filter_vs_none", "prereg": "smollm2_prereg"}
 LEARNING_KEYS = (
@@ -145,7 +145,7 @@ def main() -> None:
     lines = [
         "# The SmolLM2 experiment's iteration: pilot vs pre-registered settings",
         "",
-        f"`{' '.join(['python -m benchmarks.bench_experiment', *__import__('sys').argv[1:]])}`; median of {args.repeats} round(s), {args.steps} iterations a run.",
+        f"`{command()}`; median of {args.repeats} round(s), {args.steps} iterations a run.",
         "",
         "| arm | iteration, eval included (s) | step w/o proxy | proxy / cadence | eval / cadence | update | scoring | rollout | peak (GiB) |",
         "|---|---|---|---|---|---|---|---|---|",
