@@ -25,8 +25,9 @@ STATUSES = ("running", "finished", "failed", "interrupted")
 
 # A sweep's trial record: the user attributes a sweep sets on each Optuna trial. What the trial's run
 # record said (its status and reason), where the run lives, and whether the trial is a grid's stray
-# (asked for after the grid ran out, failed at once, never run and never counted).
-STATUS, REASON, RUN_DIR, STRAY = "status", "reason", "run_dir", "stray"
+# (asked for after the grid ran out, failed at once, never run and never counted). A trial that runs an
+# interrupted one again names the sweep subdirectory whose checkpoint it continues (RESUMES).
+STATUS, REASON, RUN_DIR, STRAY, RESUMES = "status", "reason", "run_dir", "stray", "resumes"
 RETRY_STATUSES = ("interrupted", "lost")  # run again on resume
 # Optuna's trial states (TrialState names, so this module needs no Optuna) as a sweep names them
 _TRIAL_STATES = {"WAITING": "waiting", "RUNNING": "running", "PRUNED": "pruned", "COMPLETE": "finished"}

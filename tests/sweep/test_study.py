@@ -139,6 +139,31 @@ def test_a_trial_whose_worker_vanished_runs_again_once_its_heartbeat_is_stale(tm
     assert statuses.count("interrupted") == 1 and statuses.count("finished") == 4
 
 
+def test_an_interrupted_trial_with_a_checkpoint_is_continued_in_its_own_directory(tmp_path):
+    study = _study(tmp_path)
+    first, params = study.ask()
+    run_dir = study.trial_dir(first.number)
+    _record(run_dir, "interrupted", reason="interrupted by SIGTERM")
+    (run_dir / "checkpoints").mkdir()
+    (run_dir / "checkpoints" / "last.ckpt").write_bytes(b"")  # only its presence is read here
+    study.tell(first, Outcome.from_run(run_dir, study.settings))
+    second, _ = study.ask()
+    _record(study.trial_dir(second.number), "interrupted")  # stopped before its first checkpoint
+    study.tell(second, Outcome.from_run(study.trial_dir(second.number), study.settings))
+
+    again = _study(tmp_path)
+    asked = []
+    while (got := again.ask()) is not None:
+        asked.append(got)
+        again.tell(got[0], Outcome("finished", 0.5, run_dir=str(again.run_dir(got[0]))))
+    retries = {t.user_attrs["retry_of"]: t for t, _ in asked if "retry_of" in t.user_attrs}
+    assert again.run_subdir(retries[first.number]) == str(first.number) and asked[-2][1] == params
+    assert again.run_subdir(retries[second.number]) == str(retries[second.number].number)  # starts afresh
+    again.write_csv()
+    rows = {r["trial"]: r for r in _table(again)}
+    assert rows[str(retries[first.number].number)]["run_dir"] == str(run_dir)
+
+
 def test_a_failed_trial_with_no_status_runs_again_on_resume_and_is_called_interrupted(tmp_path):
     from optuna.trial import TrialState
 

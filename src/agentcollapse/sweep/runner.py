@@ -66,7 +66,9 @@ def _refuse_ddp(hydra_context: Any, config: Any, space: SearchSpace) -> None:
 def _trial_overrides(study: SweepStudy, space: SearchSpace, trial: Any, params: dict[str, str]) -> list[str]:
     # The shared step-0 evaluation goes first, so that a `trainer.shared_eval_dir=null` on the command line wins.
     shared = f"trainer.shared_eval_dir='{(study.sweep_dir / 'shared_eval').resolve()}'"
-    out = [shared, *space.overrides(params), f"hydra.sweep.subdir={trial.number}"]
+    out = [shared, *space.overrides(params), f"hydra.sweep.subdir={study.run_subdir(trial)}"]
+    if study.run_subdir(trial) != str(trial.number):
+        out.append("resume=true")  # it continues an interrupted trial from that run's last checkpoint
     if study.settings.pruner.get("name", "none") != "none":
         out += [  # the trial's config is saved: the URL without its password, which the trial takes from the environment
             f"sweep.storage='{without_password(study.storage_url)}'",
@@ -78,7 +80,7 @@ def _trial_overrides(study: SweepStudy, space: SearchSpace, trial: Any, params: 
 
 
 def _outcome(study: SweepStudy, trial: Any, result: Any) -> Outcome:
-    run_dir = study.trial_dir(trial.number)
+    run_dir = study.run_dir(trial)
     hydra_cfg = getattr(result, "hydra_cfg", None)
     if hydra_cfg is not None:
         run_dir = Path(str(OmegaConf.select(hydra_cfg, "hydra.runtime.output_dir") or run_dir))
@@ -119,14 +121,16 @@ def run_sweep(
             break
         overrides = [_trial_overrides(study, space, trial, params) for trial, params in batch]
         for trial, params in batch:
-            _say(f"[sweep {study.worker}] trial {trial.number} starts: {' '.join(f'{k}={v}' for k, v in params.items()) or '(no axes)'}")
+            axes = " ".join(f"{k}={v}" for k, v in params.items()) or "(no axes)"
+            again = f", continuing {study.run_dir(trial)} from its last checkpoint" if study.run_subdir(trial) != str(trial.number) else ""
+            _say(f"[sweep {study.worker}] trial {trial.number} starts: {axes}{again}")
         try:
             with study.heartbeat([trial for trial, _ in batch]):
                 results = launcher.launch(overrides, initial_job_idx=batch[0][0].number)
         except BaseException as exc:  # Ctrl+C / SIGTERM in the trial (SystemExit), or the launcher broke
             interrupted = isinstance(exc, (KeyboardInterrupt, SystemExit))
             for trial, _ in batch:
-                outcome = Outcome.from_run(study.trial_dir(trial.number), settings, error=f"{type(exc).__name__}: {exc}")
+                outcome = Outcome.from_run(study.run_dir(trial), settings, error=f"{type(exc).__name__}: {exc}")
                 if interrupted and outcome.status in ("failed", "interrupted"):
                     outcome.status = "interrupted"  # runs again when the sweep resumes
                 study.tell(trial, outcome)

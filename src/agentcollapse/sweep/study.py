@@ -13,7 +13,9 @@ Every trial's outcome comes from its run record (``summary.json``, :mod:`.outcom
 is a ``FAIL`` with the run's own reason, a pruned one a ``PRUNED``. Resuming (the same sweep directory
 again) skips every trial that finished, failed or was pruned, and runs again the ones that were
 interrupted (Ctrl+C, SIGTERM) or whose worker vanished (no heartbeat for ``3 * heartbeat_s``, or no
-status recorded at all: :func:`agentcollapse.records.runs_again`). The
+status recorded at all: :func:`agentcollapse.records.runs_again`). A trial run again continues from the
+interrupted run's last checkpoint, in its directory, when it wrote one (an hour-long run interrupted at
+the end of a session loses only the iterations since its last checkpoint); otherwise it starts afresh. The
 table and the progress lines are :mod:`.report`'s; Optuna's internals are only touched in :mod:`.optuna_bridge`.
 """
 
@@ -30,7 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from agentcollapse.errors import UserError
-from agentcollapse.records import REASON, RUN_DIR, STATUS, STRAY, runs_again
+from agentcollapse.records import REASON, RESUMES, RUN_DIR, STATUS, STRAY, runs_again
+from agentcollapse.run.directory import last_checkpoint
 from agentcollapse.sweep import optuna_bridge
 from agentcollapse.sweep.outcome import Outcome
 from agentcollapse.sweep.report import StudyReport
@@ -165,10 +168,12 @@ class SweepStudy(StudyReport):
             if runs_again(t.user_attrs):
                 again.append(t)
         for t in again:
-            self.study.enqueue_trial(
-                {k: t.params[k] for k in self.space.keys if k in t.params},
-                user_attrs={"grid": bool(t.user_attrs.get("grid")), "retry_of": t.number},
-            )
+            attrs = {"grid": bool(t.user_attrs.get("grid")), "retry_of": t.number}
+            # its run directory, named as a subdirectory of this sweep directory (which may have moved)
+            subdir = Path(str(t.user_attrs.get(RUN_DIR) or self.trial_dir(t.number))).name
+            if last_checkpoint(self.sweep_dir / subdir).exists():
+                attrs[RESUMES] = subdir
+            self.study.enqueue_trial({k: t.params[k] for k in self.space.keys if k in t.params}, user_attrs=attrs)
             requeued.add(t.number)
         self.study.set_user_attr("requeued", sorted(requeued))
         self.requeued_now = len(again)
@@ -200,7 +205,7 @@ class SweepStudy(StudyReport):
         params = {axis.key: axis.suggest(trial) for axis in self.space.axes}
         trial.set_user_attr(STATUS, "running")
         trial.set_user_attr("worker", self.worker)
-        trial.set_user_attr(RUN_DIR, str(self.trial_dir(trial.number)))
+        trial.set_user_attr(RUN_DIR, str(self.run_dir(trial)))
         return trial, params
 
     def ask_batch(self, n: int) -> list[tuple[Any, dict[str, str]]]:
@@ -214,6 +219,13 @@ class SweepStudy(StudyReport):
 
     def trial_dir(self, number: int) -> Path:
         return self.sweep_dir / str(number)
+
+    def run_subdir(self, trial: Any) -> str:
+        """The subdirectory a trial runs in: its number, or the interrupted run it continues."""
+        return str(trial.user_attrs.get(RESUMES) or trial.number)
+
+    def run_dir(self, trial: Any) -> Path:
+        return self.sweep_dir / self.run_subdir(trial)
 
     def pruned(self, number: int) -> bool:
         """Whether the trial's own process was told to stop by the pruner (``TrialReporter``)."""
