@@ -34,8 +34,12 @@ def make(name: str, **cfg: Any) -> TextEnv:
 
 
 def from_config(cfg: EnvConfig) -> TextEnv:
-    """The env of a run config's ``env`` section (``env.name`` with ``env.kwargs``)."""
-    return make(cfg.name, **dict(cfg.kwargs))
+    """The env of a run config's ``env`` section (``env.name`` with ``env.kwargs``, and ``env.data_path``
+    when set: an env that loads real data takes it as its ``data_path`` argument)."""
+    kwargs = dict(cfg.kwargs)
+    if cfg.data_path is not None:
+        kwargs["data_path"] = cfg.data_path
+    return make(cfg.name, **kwargs)
 
 
 def _load_builtin() -> None:
