@@ -23,7 +23,7 @@ VLLM := $(shell nvidia-smi -L >/dev/null 2>&1 && echo vllm==0.32.0 || echo vllm-
 quote = '$(subst ','\'',$(1))'
 run = $(or $(2),$(BIN)/python) -m agentcollapse.sweep.storage --mask $(call quote,$(1)); $(1)
 
-.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-proxy-smollm2 bench-experiment bench-scaling mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report
+.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-proxy-smollm2 bench-experiment bench-scaling mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report bench-retrieval
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
@@ -128,6 +128,9 @@ bench-warm-start: $(STAMP) ## a real model's warm start (model=smollm2-135m): he
 
 bench-dtype: $(STAMP) ## float32 vs bfloat16 weights for model=smollm2-135m: rollout, scoring and update side by side, each against the matmul limit at its shapes, with a profile of the update (~7 min with env=countdown)
 	@$(call run,$(BIN)/python -m benchmarks.bench_dtype $(ARGS))
+
+bench-retrieval: $(STAMP) ## the retrieval envs' BM25 index: bm25s vs rank-bm25 vs tantivy, build time and query latency at 2k and 100k passages, one thread (~1 min)
+	@$(call run,OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.bench_retrieval $(ARGS))
 
 bench-filter: $(STAMP) ## update time at rho = 1.0, 0.9, 0.6 with the kept fraction
 	@$(call run,$(BIN)/python -m benchmarks.bench_filter $(ARGS))
