@@ -46,7 +46,7 @@ def _load_builtin() -> None:
     # Imported lazily so a missing optional env never breaks the others.
     import importlib
 
-    for module in ("frozenlake", "sokoban", "countdown", "math_env"):
+    for module in ("frozenlake", "sokoban", "countdown", "math_env", "webshop", "deepcoder", "searchqa"):
         try:
             importlib.import_module(f"agentcollapse.envs.{module}")
         except ModuleNotFoundError as exc:
