@@ -17,7 +17,7 @@ import pytest
 from agentcollapse.envs import make
 from agentcollapse.envs.parsing import ParsedResponse, parse_response
 
-ENVS = ("frozenlake", "sokoban", "countdown", "math")
+ENVS = ("frozenlake", "sokoban", "countdown", "math", "searchqa")
 SEEDS = (0, 7, 1_000_003)
 # Pieces a language model tends to emit around the format; mixed with raw bytes below.
 FRAGMENTS = (
@@ -133,6 +133,7 @@ INVALID_ANSWERS = {
         "Left",
         "1 + + 2",
     ),
+    "searchqa": ("search[]", "search[ the of ]", "answer[ ]", "search Orvel", "search[Orvel", "find[Orvel]", "answer: Orvel", "[Orvel]"),
     "math": (
         "abc",
         "1e3",

@@ -83,6 +83,12 @@ class TextEnv(ABC):
         stops saying true things about the state; this tracks the latter. Envs override it."""
         return None
 
+    def vocabulary_texts(self) -> list[str]:
+        """Text beyond the planner's episodes whose words a word-level policy (the tiny one) must be
+        able to read and write: the retrieval envs' corpus, whose names a held-out episode may show
+        that no demonstration did. Empty for envs whose episodes already cover their words."""
+        return []
+
     def template_reasoning(self, rng: random.Random) -> str:
         """Input-agnostic reasoning that would fit any state (the collapse attractor)."""
         return rng.choice(self.templates)

@@ -150,7 +150,7 @@ def build_tiny_policy(
         torch.manual_seed(ws.seed)
         system_prompt, episodes = demonstration_episodes(env_cfg, ws.episodes, ws.suboptimal_prob, ws.template_prob, ws.seed)
         env = envs.from_config(env_cfg)
-        corpus = [system_prompt, *env.templates, "Turn Reward : - . \n"]
+        corpus = [system_prompt, *env.templates, "Turn Reward : - . \n", *env.vocabulary_texts()]
         corpus += [m["content"] for turns in episodes for messages, resp in turns for m in messages] + [
             resp for turns in episodes for _, resp in turns
         ]
