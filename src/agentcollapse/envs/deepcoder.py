@@ -1,0 +1,267 @@
+"""DeepCoder: write a Python program; hidden tests run it in a sandbox; reward 1 when all pass.
+
+The observation is the problem statement with its example(s). The answer (inside ``<answer>``) is
+Python code, either plain or in a fenced block (```python ... ``` or ``` ... ```) inside the answer:
+the first fenced block when there is one, else the whole answer. A program that does not compile as
+written is tried once more with every line's leading whitespace removed (a word-level tokenizer, like
+the tiny policy's, drops indentation and puts a space after each newline); one that still does not
+compile, an empty answer, or one over ``MAX_CODE_CHARS`` executes no valid action (reward 0 plus the
+format penalty, with ``info["reason"]``).
+
+Reward 1 when every hidden test passes (DeepCoder's sparse outcome reward), else 0;
+``partial_credit=True`` gives the share of passing tests instead (off by default). Success = all pass.
+Single turn by default, as in the paper; ``max_turns > 1`` is the multi-turn agent variant: a failed
+program gets the first failing example's input, expected and actual output (or the error) and tries
+again, until it passes or the turns run out.
+
+Programs run in ``envs.sandbox`` (``sandbox="strict"`` refuses to start without every layer,
+``"best_effort"`` says once what is missing); the expected outputs stay in this process and outputs
+are compared here. Problems: the generated family (``deepcoder_problems.generate_problem``) or, with
+``data_path``, a JSON Lines file of real problems (``deepcoder_problems.load_problems``).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+from typing import Any, ClassVar
+
+from agentcollapse.envs import register
+from agentcollapse.envs.base import SingleAnswerEnv
+from agentcollapse.envs.deepcoder_problems import (
+    DIFFICULTIES,
+    STYLES,
+    CodeProblem,
+    generate_problem,
+    load_problems,
+    reference_program,
+    tasks_for,
+)
+from agentcollapse.envs.sandbox import MODES, OK, Limits, Sandbox, SandboxUnavailable, TestRun, outputs_match
+from agentcollapse.errors import UserError
+
+MAX_CODE_CHARS = 20_000
+_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n?(.*?)```", re.DOTALL | re.IGNORECASE)
+_OUTPUT_CLAIM = re.compile(r"example (?:output|answer|result) is (.+?) \.", re.IGNORECASE)
+_SIZE_CLAIM = re.compile(r"example has (\d+) (?:numbers|letters|characters|values)", re.IGNORECASE)
+_SANDBOXES: dict[tuple[Any, ...], Sandbox] = {}
+_SANDBOX_LOCK = threading.Lock()
+
+
+def extract_code(answer: str) -> str:
+    """The program inside an answer: the first fenced block's body, else the whole answer, stripped."""
+    if not isinstance(answer, str):
+        return ""
+    fenced = _FENCE.search(answer)
+    return (fenced.group(1) if fenced else answer).strip()
+
+
+def compilable(code: str) -> tuple[str | None, str | None]:
+    """(the program to run, None) or (None, why it does not compile). Compiled here, never run here."""
+    first_error = None
+    for candidate in (code, "\n".join(line.lstrip() for line in code.splitlines())):
+        try:
+            compile(candidate, "solution.py", "exec")
+            return candidate, None
+        except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+            first_error = first_error or f"{type(exc).__name__}: {getattr(exc, 'msg', exc)}"
+    return None, f"the program does not compile ({first_error})"
+
+
+def shared_sandbox(mode: str, limits: Limits, workers: int) -> Sandbox:
+    """One probed sandbox per setting and process (every env of a batch shares it and its workers)."""
+    key = (mode, limits, workers)
+    with _SANDBOX_LOCK:
+        sandbox = _SANDBOXES.get(key)
+        if sandbox is None:
+            sandbox = Sandbox(mode, limits, workers)
+            try:
+                sandbox.probe()
+            except SandboxUnavailable as exc:
+                raise UserError(str(exc)) from None
+            _SANDBOXES[key] = sandbox
+    return sandbox
+
+
+def _clip(text: str, n: int = 200) -> str:
+    text = text.rstrip()
+    return text if len(text) <= n else text[:n] + " ..."
+
+
+@register("deepcoder")
+class DeepCoderEnv(SingleAnswerEnv):
+    name = "deepcoder"
+    max_actions_per_turn = 1
+    templates: ClassVar[tuple[str, ...]] = (
+        "I should read the problem carefully and write a correct program .",
+        "Let me think about the input and write the code .",
+        "I will write a short Python program that solves it .",
+    )
+
+    def __init__(
+        self,
+        difficulty: int = 1,
+        style: str = "mixed",
+        num_tests: int = 5,
+        max_turns: int = 1,
+        partial_credit: bool = False,
+        sandbox: str = "strict",
+        cpu_seconds: float = 2.0,
+        wall_seconds: float = 4.0,
+        memory_mb: int = 512,
+        output_bytes: int = 1 << 20,
+        workers: int = 2,
+        data_path: str | None = None,
+    ) -> None:
+        super().__init__()
+        if difficulty not in DIFFICULTIES:
+            raise UserError(f"env.kwargs.difficulty={difficulty!r} must be 1, 2 or 3")
+        if style not in STYLES:
+            raise UserError(f"env.kwargs.style={style!r} must be one of {', '.join(STYLES)}")
+        if not isinstance(num_tests, int) or not 1 <= num_tests <= 50:
+            raise UserError(f"env.kwargs.num_tests={num_tests!r} must be an integer in 1..50")
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise UserError(f"env.kwargs.max_turns={max_turns!r} must be a positive integer (1: single turn, as in the paper)")
+        if sandbox not in MODES:
+            raise UserError(f"env.kwargs.sandbox={sandbox!r} must be one of {', '.join(MODES)}")
+        try:
+            limits = Limits(cpu_seconds=cpu_seconds, wall_seconds=wall_seconds, memory_mb=memory_mb, output_bytes=output_bytes)
+            limits.validate()
+        except (TypeError, ValueError) as exc:
+            raise UserError(f"env.kwargs: {exc}") from None
+        if not isinstance(workers, int) or workers < 1:
+            raise UserError(f"env.kwargs.workers={workers!r} must be a positive integer")
+        self.difficulty, self.style, self.num_tests = int(difficulty), style, int(num_tests)
+        self.max_turns = self.max_actions = int(max_turns)
+        self.partial_credit = bool(partial_credit)
+        self.problems: list[CodeProblem] | None = load_problems(data_path) if data_path is not None else None
+        self.sandbox = shared_sandbox(sandbox, limits, int(workers))
+        self.problem: CodeProblem | None = None
+        self.feedback: str | None = None
+        self.last_runs: list[TestRun] = []
+
+    def _reset(self, seed: int) -> None:
+        rng = random.Random(seed)
+        if self.problems is not None:
+            self.problem = self.problems[rng.randrange(len(self.problems))]
+        else:
+            self.problem = generate_problem(rng, self.difficulty, self.style, self.num_tests)
+        self.feedback = None
+        self.last_runs = []
+
+    def _require_problem(self) -> CodeProblem:
+        if self.problem is None:
+            raise RuntimeError("deepcoder: call reset(seed) first")
+        return self.problem
+
+    # -- one answer -----------------------------------------------------------------------
+    def _act(self, words: list[str]) -> tuple[float, int, int]:
+        reward, valid, success, self._reason = self.judge(self._answer_text)
+        self.actions_taken += 1
+        self.success = success
+        self.terminal = success or self.turn >= self.max_turns
+        return reward, int(valid), int(not valid)
+
+    def judge(self, text: str) -> tuple[float, bool, bool, str | None]:
+        problem = self._require_problem()
+        self.last_runs = []
+        code = extract_code(text)
+        if not code:
+            return self._fail("empty answer: no program", valid=False)
+        if len(code) > MAX_CODE_CHARS:
+            return self._fail(f"the program is over {MAX_CODE_CHARS} characters", valid=False)
+        program, why = compilable(code)
+        if program is None:
+            return self._fail(why or "the program does not compile", valid=False)
+        runs = self.sandbox.run(program, [i for i, _ in problem.tests], problem.call, stop_early=not self.partial_credit)
+        return self.score(runs)
+
+    def score(self, runs: list[TestRun]) -> tuple[float, bool, bool, str | None]:
+        """(reward, valid, success, reason) of a program's runs on this problem's tests, compared here."""
+        problem = self._require_problem()
+        self.last_runs = runs
+        call = problem.call is not None
+        passed = [r.status == OK and outputs_match(r.stdout, expected, call) for r, (_, expected) in zip(runs, problem.tests)]
+        n_pass = sum(passed)
+        if n_pass == len(problem.tests):
+            self.feedback = None
+            return 1.0, True, True, None
+        reward = n_pass / len(problem.tests) if self.partial_credit else 0.0
+        first = passed.index(False)
+        self.feedback = self._feedback_text(runs, passed)
+        return reward, True, False, f"{n_pass} of {len(problem.tests)} tests pass (first failure: test {first}, {runs[first].status})"
+
+    def _fail(self, reason: str, valid: bool) -> tuple[float, bool, bool, str | None]:
+        self.feedback = f"Your answer was not run : {reason} ."
+        return 0.0, valid, False, reason
+
+    def _feedback_text(self, runs: list[TestRun], passed: list[bool]) -> str:
+        problem = self._require_problem()
+        for k, (inp, expected) in enumerate(problem.public):
+            if k < len(passed) and not passed[k]:
+                run = runs[k]
+                got = (
+                    _clip(run.stdout)
+                    if run.status == OK
+                    else f"{run.status} {_clip(run.stderr.strip().splitlines()[-1] if run.stderr.strip() else '')}"
+                )
+                return f"Your program failed an example .\nInput :\n{_clip(inp)}\nExpected :\n{_clip(expected)}\nGot :\n{got}"
+        return "Your program passes the examples but fails a hidden test ."
+
+    # -- text -----------------------------------------------------------------------------
+    @property
+    def system_prompt(self) -> str:
+        return (
+            "You solve programming problems in Python . Think about the input and the example , then write the program . "
+            "Answer with <think> your reasoning </think> <answer> your Python program </answer> ; "
+            "a ```python fenced block inside the answer works too . Only the standard library is available ."
+        )
+
+    def render_grid(self) -> str:
+        return f"Problem : {self._require_problem().statement}"
+
+    def observation(self) -> str:
+        text = self.render_grid()
+        if self.feedback is not None and not self.done:
+            text += f"\n{self.feedback}\nTry again ."
+        return text + "\nAnswer with a Python program ."
+
+    def grounding(self, think: str) -> float | None:
+        """Share of true claims about the problem: ``example output is X`` (the first example's
+        output) and ``example has N numbers|letters`` (its size, generated problems)."""
+        facts = self._require_problem().facts
+        said = ["".join(c.split()) for c in _OUTPUT_CLAIM.findall(think)]  # spacing aside (word-level tokenizers add it)
+        claims = [c == "".join(str(facts.get("example_output", "")).split()) for c in said]
+        if facts.get("example_size") is not None:
+            claims += [int(n) == facts["example_size"] for n in _SIZE_CLAIM.findall(think)]
+        return sum(claims) / len(claims) if claims else None
+
+    def demonstration(self, rng: random.Random, suboptimal_prob: float = 0.0) -> tuple[str, str]:
+        problem = self._require_problem()
+        if problem.reference is None:
+            raise UserError(
+                f"deepcoder: problem {problem.source} has no reference solution (a 'solutions' list); "
+                "warm-start on the generated family (unset env.data_path) or on a file with solutions"
+            )
+        facts = problem.facts
+        parts = []
+        if facts.get("format"):
+            parts.append(rng.choice((f"The input : {facts['format']}", f"Reading the input : {facts['format']}")))
+        if facts.get("example_size") is not None:
+            unit = "numbers" if facts.get("kind") == "list" else "letters"
+            parts.append(
+                rng.choice((f"The example has {facts['example_size']} {unit} .", f"So the example has {facts['example_size']} {unit} ."))
+            )
+        parts.append(
+            rng.choice((f"The example output is {facts['example_output']} .", f"And the example answer is {facts['example_output']} ."))
+        )
+        if facts.get("plan"):
+            parts.append(rng.choice((f"I need to {facts['plan']} .", f"The method : {facts['plan']} .")))
+        answer = problem.reference
+        if problem.kind in {t.name for t in tasks_for(3)} and rng.random() < suboptimal_prob:
+            task = next(t for t in tasks_for(3) if t.name == problem.kind)
+            others = [t for t in tasks_for(self.difficulty) if t.kind == task.kind and t.name != task.name]
+            if others:  # a plausible program for another task: the reasoning stays true, the answer is wrong
+                answer = reference_program(rng.choice(others), problem.call is not None)
+        return " ".join(parts), answer

@@ -1,0 +1,641 @@
+"""Run untrusted Python (a policy's program) against test inputs, contained.
+
+Pure standard library, no torch: this file is also the child's script (``python -I -S sandbox.py``),
+so it imports nothing from the package.
+
+Who holds what:
+
+- The **grader** (this process, :class:`Sandbox`) holds the hidden expected outputs. They never leave
+  it: the child gets the program and the test *inputs* only, and the grader compares the outputs it
+  reads back (``grade``). A program can therefore pass only by printing the right outputs.
+- The **runner** (``python -I -S`` of the base interpreter, a new session, an environment with nothing
+  from the parent, stdin/stdout pipes only) unshares new mount, network, PID, IPC and UTS namespaces
+  (as an ordinary user inside a new user namespace first), then forks
+- the **harness**, PID 1 of the new PID namespace: it builds a private root on a tmpfs (read-only
+  binds of /usr, /lib*, /bin and the Python installation; /dev/null, /dev/zero, /dev/urandom; a small
+  writable tmpfs at /work; no /proc, no /etc, no home, no repository, no data), ``chroot``s into it
+  and, for every test, forks
+- a **candidate** process: its own rlimits (CPU seconds, address space, file size, open files,
+  processes, no core dumps), ``no_new_privs``, run as a fresh unprivileged uid when the grader is
+  root (the kernel does not enforce RLIMIT_NPROC for uid 0), stdin from a memfd holding the test's
+  input, stdout/stderr to pipes the harness reads at most ``output_bytes`` from (beyond: killed).
+
+The harness kills each candidate at its wall-clock limit and then every other process of the
+namespace (``kill(-1)`` as its init); when it exits the kernel kills whatever is left in the PID
+namespace. A candidate's ``os.kill(os.getppid(), SIGKILL)`` hits that init, which the kernel protects
+from signals sent inside its namespace. The grader kills the runner's whole process group at the end.
+
+Layers (``Sandbox.layers``): ``rlimits``, ``session``, ``clean_env`` always; ``pid_namespace``,
+``net_namespace``, ``mount_namespace`` (private read-only root, /work the only writable place) where
+the kernel allows them; ``unprivileged`` (candidates run as a uid that RLIMIT_NPROC binds and that
+owns nothing outside). ``mode="strict"`` (``env.kwargs.sandbox``) refuses to run without all of them; ``"best_effort"``
+runs with what there is and says once which are missing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+LAYERS = ("rlimits", "session", "clean_env", "pid_namespace", "net_namespace", "mount_namespace", "unprivileged")
+MODES = ("strict", "best_effort")
+# Statuses of one test run, as the harness reports them.
+OK, ERROR, TIMEOUT, OUTPUT_LIMIT, SKIPPED = "ok", "error", "timeout", "output_limit", "skipped"
+SANDBOX_ERROR = "sandbox_error"
+_CHILD_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "HOME": "/work"}
+_UID_BASE = 3_000_000  # candidates run as uid _UID_BASE + the runner's pid (unique while it runs)
+
+
+class SandboxUnavailable(RuntimeError):
+    """A layer that ``mode="strict"`` requires could not be set up on this machine."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    cpu_seconds: float = 2.0  # CPU time per test (RLIMIT_CPU; SIGKILL one second later)
+    wall_seconds: float = 4.0  # wall-clock time per test, then the candidate is killed
+    memory_mb: int = 512  # address space of a candidate (RLIMIT_AS)
+    output_bytes: int = 1 << 20  # stdout read per test; more and the candidate is killed
+    processes: int = 8  # processes a candidate may have at once (RLIMIT_NPROC, when unprivileged)
+    file_mb: int = 8  # largest file a candidate may write (RLIMIT_FSIZE)
+    work_mb: int = 16  # size of the writable tmpfs at /work
+
+    def validate(self) -> None:
+        for name, value in asdict(self).items():
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise ValueError(f"sandbox limit {name}={value!r} must be a positive number")
+
+
+@dataclass(frozen=True)
+class TestRun:
+    status: str  # ok | error | timeout | output_limit | skipped (after a failed run, with stop_early) | sandbox_error
+    stdout: str
+    stderr: str = ""  # the tail, for a message
+    seconds: float = 0.0
+
+
+@dataclass
+class BatchStats:
+    programs: int = 0
+    tests: int = 0
+    seconds: float = 0.0
+    statuses: dict[str, int] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------------------
+# The grader side
+# ---------------------------------------------------------------------------------------------
+
+
+def _base_python() -> str:
+    """The base interpreter (not a venv's): started with -I -S it imports the standard library only."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+class Sandbox:
+    """Runs programs contained; ``run`` one program on many inputs, ``run_many`` a batch in parallel."""
+
+    def __init__(self, mode: str = "strict", limits: Limits | None = None, workers: int = 2, namespaces: bool = True) -> None:
+        if mode not in MODES:
+            raise ValueError(f"sandbox mode {mode!r} must be one of {', '.join(MODES)}")
+        self.mode = mode
+        self.limits = limits or Limits()
+        self.limits.validate()
+        if int(workers) < 1:
+            raise ValueError(f"sandbox workers={workers!r} must be at least 1")
+        self.workers = int(workers)
+        self.python = _base_python()
+        self.namespaces = bool(namespaces)  # False: never try them (what a machine without them gets; for tests)
+        self.layers: dict[str, bool] = {}
+        self._warned = False
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+
+    # -- probing ------------------------------------------------------------------------------
+    def probe(self) -> dict[str, bool]:
+        """Which layers hold here (one trivial run); strict mode raises SandboxUnavailable when any is missing."""
+        if not self.layers:
+            self.run("print(1)", [""])
+        return dict(self.layers)
+
+    def missing(self) -> list[str]:
+        return [name for name in LAYERS if not self.layers.get(name, False)]
+
+    def _note_layers(self, layers: dict[str, bool]) -> None:
+        with self._lock:
+            self.layers = {name: bool(layers.get(name, False)) for name in LAYERS}
+            missing = self.missing()
+            if missing and self.mode == "strict":
+                raise SandboxUnavailable(f"sandbox: this machine lacks {', '.join(missing)} (env.kwargs.sandbox=best_effort runs without)")
+            if missing and not self._warned:
+                self._warned = True
+                log.warning("sandbox: running without %s on this machine (env.kwargs.sandbox=strict refuses to)", ", ".join(missing))
+
+    # -- running ------------------------------------------------------------------------------
+    def run(self, code: str, inputs: Sequence[str], call: str | None = None, stop_early: bool = False) -> list[TestRun]:
+        """Run ``code`` once per input. ``call=None``: the input is stdin, the output is stdout.
+        ``call="f"``: each input is a JSON list of arguments and the output is ``json.dumps(f(*args))``.
+        ``stop_early``: after a run that failed whatever its output (error, timeout, output limit),
+        the remaining inputs are ``skipped`` (all-or-nothing grading needs no more)."""
+        inputs = list(inputs)
+        if not inputs:
+            return []
+        lim = self.limits
+        request = {
+            "code": code,
+            "inputs": inputs,
+            "call": call,
+            "limits": asdict(lim),
+            "strict": self.mode == "strict",
+            "stop_early": bool(stop_early),
+            "namespaces": self.namespaces,
+        }
+        started = time.monotonic()
+        # Every test may use its whole wall-clock budget; plus the start of the runner.
+        deadline = started + len(inputs) * (lim.wall_seconds + 0.5) + 5.0
+        cap = len(inputs) * (6 * lim.output_bytes + 8 * 4096) + 65536
+        host_dir = tempfile.mkdtemp(prefix="agentcollapse-sandbox-")
+        try:
+            proc = subprocess.Popen(
+                [self.python, "-I", "-S", "-B", os.path.abspath(__file__), "--child", host_dir],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                cwd=host_dir,
+                env=dict(_CHILD_ENV),
+                start_new_session=True,
+                close_fds=True,
+            )
+            try:
+                raw = _communicate(proc, json.dumps(request).encode(), cap, deadline)
+            finally:
+                _kill_group(proc)
+        finally:
+            _remove_tree(host_dir)
+        return self._parse(raw, len(inputs), time.monotonic() - started)
+
+    def _parse(self, raw: bytes, n: int, seconds: float) -> list[TestRun]:
+        results: list[TestRun | None] = [None] * n
+        for line in raw.splitlines():
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(msg, dict):
+                continue
+            if "layers" in msg:
+                self._note_layers(msg["layers"])
+            elif "fatal" in msg:
+                if self.mode == "strict" and msg.get("unavailable"):
+                    raise SandboxUnavailable(f"sandbox: {msg['fatal']} (env.kwargs.sandbox=best_effort runs without it)")
+                log.warning("sandbox: %s", msg["fatal"])
+            elif "i" in msg and isinstance(msg["i"], int) and 0 <= msg["i"] < n:
+                results[msg["i"]] = TestRun(
+                    str(msg.get("status")), str(msg.get("stdout", "")), str(msg.get("stderr", "")), float(msg.get("seconds", 0.0))
+                )
+        per_test = seconds / max(1, n)
+        return [r if r is not None else TestRun(SANDBOX_ERROR, "", "no result (killed or timed out)", per_test) for r in results]
+
+    def run_many(self, jobs: Sequence[tuple[str, Sequence[str], str | None]], stop_early: bool = False) -> list[list[TestRun]]:
+        """``run`` for each (code, inputs, call), ``workers`` at a time (threads waiting on processes)."""
+        if self.workers == 1 or len(jobs) <= 1:
+            return [self.run(code, inputs, call, stop_early) for code, inputs, call in jobs]
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sandbox")
+        futures = [self._pool.submit(self.run, code, inputs, call, stop_early) for code, inputs, call in jobs]
+        return [f.result() for f in futures]
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def _communicate(proc: subprocess.Popen, request: bytes, cap: int, deadline: float) -> bytes:
+    """Send the request, read at most ``cap`` bytes of the runner's stdout until EOF or ``deadline``."""
+    import selectors
+
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(request)
+        proc.stdin.close()
+    except OSError:  # the runner died at once; its (missing) output says so
+        pass
+    chunks: list[bytes] = []
+    total = 0
+    fd = proc.stdout.fileno()
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while total <= cap:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(timeout=left):
+                break
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    return b"".join(chunks)[:cap]
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    for stream in (proc.stdout, proc.stdin):
+        if stream is not None:
+            try:
+                stream.close()
+            except OSError:
+                pass
+    proc.wait()
+
+
+def _remove_tree(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# Comparing outputs (in the grader)
+# ---------------------------------------------------------------------------------------------
+
+
+def outputs_match(actual: str, expected: str, call: bool = False) -> bool:
+    """Whether an output is the expected one: for stdin/stdout, line by line with trailing spaces
+    and trailing blank lines ignored (tokens compared as numbers when both parse as floats, to
+    1e-6); for a call, the JSON values are equal."""
+    if call:  # APPS/TACO store a return value r as r or as [r]
+        try:
+            got, want = json.loads(actual), json.loads(expected)
+        except ValueError:
+            return False
+        return got == want or (isinstance(want, list) and len(want) == 1 and got == want[0])
+    a = [line.rstrip() for line in actual.rstrip().splitlines()]
+    e = [line.rstrip() for line in expected.rstrip().splitlines()]
+    if a == e:
+        return True
+    if len(a) != len(e):
+        return False
+    for la, le in zip(a, e):
+        ta, te = la.split(), le.split()
+        if len(ta) != len(te):
+            return False
+        for x, y in zip(ta, te):
+            if x == y:
+                continue
+            try:
+                fx, fy = float(x), float(y)
+            except ValueError:
+                return False
+            if abs(fx - fy) > 1e-6 * max(1.0, abs(fy)):
+                return False
+    return True
+
+
+# ---------------------------------------------------------------------------------------------
+# The child side: runner, harness and candidates (runs under ``python -I -S``; stdlib only)
+# ---------------------------------------------------------------------------------------------
+
+_CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
+_CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 1, 4, 38
+_PR_CAPBSET_DROP, _PR_SET_SECUREBITS, _SECBIT_NOROOT_AND_LOCKED = 24, 28, 0x3
+_MNT_DETACH = 2
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+
+
+def _libc() -> Any:
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        import ctypes
+
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    os.write(1, (json.dumps(obj) + "\n").encode())
+
+
+def _mount(libc: Any, src: str | None, dst: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = lambda s: s.encode() if s is not None else None  # noqa: E731
+    _check(libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)), f"mount {src} on {dst}")
+
+
+def _ro_bind(libc: Any, src: str, dst: str) -> None:
+    _mount(libc, src, dst, None, _MS_BIND | _MS_REC)
+    keep = os.statvfs(dst).f_flag & (_MS_NOSUID | _MS_NODEV | _MS_NOEXEC)  # ST_* equal MS_* here
+    _mount(libc, None, dst, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | keep)
+
+
+def _private_root(libc: Any, root: str, work_mb: int) -> None:
+    """A tmpfs at ``root`` with read-only binds of what Python needs, /dev/{null,zero,urandom} and a
+    writable tmpfs at /work; the root itself read-only. The caller chroots into it."""
+    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE)
+    _mount(libc, "tmpfs", root, "tmpfs", _MS_NOSUID | _MS_NODEV, "size=1m,mode=755")
+    prefixes = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix)}
+    sources = ["/usr", "/lib", "/lib64", "/lib32", "/libx32", "/bin", "/sbin"]
+    sources += sorted(p for p in prefixes if not any(p == s or p.startswith(s + "/") for s in sources))
+    for src in sources:
+        if not os.path.lexists(src):
+            continue
+        dst = root + src
+        if os.path.islink(src):
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            os.symlink(os.readlink(src), dst)
+        elif os.path.isdir(src):
+            os.makedirs(dst, exist_ok=True)
+            _ro_bind(libc, src, dst)
+    os.makedirs(root + "/dev", exist_ok=True)
+    for dev in ("null", "zero", "urandom"):
+        if os.path.exists("/dev/" + dev):
+            open(root + "/dev/" + dev, "w").close()
+            _mount(libc, "/dev/" + dev, root + "/dev/" + dev, None, _MS_BIND)
+    os.makedirs(root + "/work")
+    _mount(libc, "tmpfs", root + "/work", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={int(work_mb)}m,mode=1777")
+    _mount(libc, None, root, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
+
+
+def _enter_root(libc: Any, root: str) -> None:
+    """Make ``root`` the root: pivot_root and detach the old one (nothing of the host's tree stays
+    reachable in this mount namespace), or chroot where pivot_root is refused."""
+    os.chdir(root)
+    number = _SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is not None and libc.syscall(number, b".", b".") == 0:
+        _check(libc.umount2(b".", _MNT_DETACH), "detach the old root")
+    else:
+        os.chroot(".")
+    os.chdir("/")
+
+
+def _drop_capabilities(libc: Any) -> None:
+    """No capabilities, now or after an exec (the uid 0 of a user namespace keeps none)."""
+    import ctypes
+
+    libc.prctl(_PR_SET_SECUREBITS, _SECBIT_NOROOT_AND_LOCKED, 0, 0, 0)
+    for cap in range(64):
+        if libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            break
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()
+    _check(libc.capset(header, data), "capset")
+
+
+def _child_main(host_dir: str) -> None:
+    """The runner: read the request, set up namespaces, fork the harness, wait for it."""
+    libc = _libc()
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    request = json.loads(sys.stdin.buffer.read())
+    strict = bool(request.get("strict"))
+    layers = {"rlimits": True, "session": os.getsid(0) == os.getpid(), "clean_env": True}
+    root = os.geteuid() == 0
+    uid, gid = os.getuid(), os.getgid()
+    flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS
+    namespaces = False
+    try:
+        if not request.get("namespaces", True):
+            raise OSError(0, "switched off (Sandbox(namespaces=False))")
+        _check(libc.unshare(flags if root else flags | _CLONE_NEWUSER), "unshare")
+        namespaces = True
+        if not root:  # map our uid to 0 inside, so the harness may mount and chroot
+            with open("/proc/self/setgroups", "w") as f:
+                f.write("deny")
+            with open("/proc/self/uid_map", "w") as f:
+                f.write(f"0 {uid} 1")
+            with open("/proc/self/gid_map", "w") as f:
+                f.write(f"0 {gid} 1")
+    except OSError as exc:
+        if strict:
+            _emit({"fatal": f"cannot create namespaces ({exc}); needs root or unprivileged user namespaces", "unavailable": True})
+            return
+    layers["net_namespace"] = layers["pid_namespace"] = namespaces
+    # The candidates' uid: a fresh one as root (RLIMIT_NPROC binds it, it owns nothing); an ordinary
+    # user is unprivileged already (inside its user namespace, as uid 0 mapped to itself).
+    run_uid = _UID_BASE + os.getpid() if root else None
+    layers["unprivileged"] = True
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _harness(libc, request, layers, host_dir, namespaces, run_uid, strict)
+        except BaseException as exc:  # noqa: BLE001 (the harness must report, never hang)
+            _emit({"fatal": f"harness failed: {type(exc).__name__}: {exc}", "unavailable": False})
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+def _harness(
+    libc: Any, request: dict[str, Any], layers: dict[str, bool], host_dir: str, namespaces: bool, run_uid: int | None, strict: bool
+) -> None:
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    limits = request["limits"]
+    workdir = host_dir
+    mounted = False
+    if namespaces:
+        try:
+            _private_root(libc, host_dir, limits["work_mb"])
+            _enter_root(libc, host_dir)
+            workdir = "/work"
+            mounted = True
+        except OSError as exc:
+            if strict:
+                _emit({"fatal": f"cannot build a private read-only root ({exc})", "unavailable": True})
+                return
+    layers["mount_namespace"] = mounted
+    os.chdir(workdir)
+    if run_uid is not None and not mounted:
+        os.chown(workdir, run_uid, run_uid)
+    _emit({"layers": layers})
+    libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    code, call = request["code"], request["call"]
+    failed = False
+    for i, text in enumerate(request["inputs"]):
+        if failed:
+            _emit({"i": i, "status": SKIPPED, "stdout": "", "stderr": "", "seconds": 0.0})
+            continue
+        started = time.monotonic()
+        status, out, err = _run_one(libc, code, call, text, limits, run_uid)
+        if os.getpid() == 1:  # init of our PID namespace: nothing the candidate started survives the test
+            try:
+                os.kill(-1, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            _reap()
+        _emit({"i": i, "status": status, "stdout": out, "stderr": err, "seconds": round(time.monotonic() - started, 4)})
+        failed = bool(request.get("stop_early")) and status != OK
+
+
+def _reap() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _run_one(libc: Any, code: str, call: str | None, text: str, limits: dict[str, Any], run_uid: int | None) -> tuple[str, str, str]:
+    import resource
+    import selectors
+
+    stdin = os.memfd_create("input")
+    os.write(stdin, text.encode())
+    os.lseek(stdin, 0, os.SEEK_SET)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the candidate
+        try:
+            os.dup2(stdin, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.closerange(3, 1 << 16)
+            cpu = max(1, int(limits["cpu_seconds"] + 0.999))
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+            mem = int(limits["memory_mb"]) << 20
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (int(limits["file_mb"]) << 20,) * 2)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+            resource.setrlimit(resource.RLIMIT_NPROC, (int(limits["processes"]),) * 2)
+            if run_uid is not None:
+                os.setgroups([])
+                os.setgid(run_uid)
+                os.setuid(run_uid)
+            elif os.geteuid() == 0:
+                _drop_capabilities(libc)
+            libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+            os.environ.clear()
+            os.environ.update(_CHILD_ENV)
+        except BaseException as exc:  # noqa: BLE001
+            os.write(2, f"sandbox setup failed: {exc}".encode())
+            os._exit(97)
+        _candidate(code, call)
+    for fd in (stdin, out_w, err_w):
+        os.close(fd)
+    deadline = time.monotonic() + float(limits["wall_seconds"])
+    cap = int(limits["output_bytes"])
+    out, err = bytearray(), bytearray()
+    status = None
+    wstatus = None
+    streams = {out_r: out, err_r: err}
+    # The candidate's exit ends the test, even while processes it started hold the pipes open.
+    exited = os.pidfd_open(pid)
+    with selectors.DefaultSelector() as sel:
+        for fd in streams:
+            sel.register(fd, selectors.EVENT_READ)
+        sel.register(exited, selectors.EVENT_READ)
+        while status is None and wstatus is None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                status = TIMEOUT
+                break
+            for key, _ in sel.select(timeout=left):
+                if key.fd == exited:
+                    wstatus = os.waitpid(pid, 0)[1]
+                    continue
+                if _read_into(key.fd, streams[key.fd], cap if key.fd == out_r else None):
+                    sel.unregister(key.fd)
+                if len(out) > cap:
+                    status = OUTPUT_LIMIT
+    if status is None:  # exited: what it wrote before is in the pipes
+        for fd, buf in streams.items():  # a bounded drain: processes it started may write on
+            os.set_blocking(fd, False)
+            try:
+                for _ in range(64):
+                    if len(out) > cap or _read_into(fd, buf, cap if fd == out_r else None):
+                        break
+            except BlockingIOError:
+                pass
+        if len(out) > cap:
+            status = OUTPUT_LIMIT
+    if wstatus is None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        wstatus = os.waitpid(pid, 0)[1]
+    os.close(exited)
+    os.close(out_r)
+    os.close(err_r)
+    if status is None:
+        if os.WIFSIGNALED(wstatus) and os.WTERMSIG(wstatus) in (signal.SIGXCPU, signal.SIGKILL):
+            status = TIMEOUT
+        elif os.WIFEXITED(wstatus) and os.WEXITSTATUS(wstatus) == 0:
+            status = OK
+        else:
+            status = ERROR
+    return status, bytes(out[:cap]).decode("utf-8", "replace"), bytes(err[-2048:]).decode("utf-8", "replace")
+
+
+def _read_into(fd: int, buf: bytearray, cap: int | None) -> bool:
+    """Append one read to ``buf`` (stderr keeps its last 4 KiB); True at end of stream."""
+    chunk = os.read(fd, 65536)
+    if not chunk:
+        return True
+    buf += chunk
+    if cap is None and len(buf) > 65536:
+        del buf[: len(buf) - 4096]
+    return False
+
+
+def _candidate(code: str, call: str | None) -> None:
+    """Run the program in this (forked, limited) process; never returns."""
+    import io
+    import traceback
+
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace")
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="replace", write_through=True)
+    exit_code = 0
+    try:
+        namespace: dict[str, Any] = {"__name__": "__main__" if call is None else "solution", "__builtins__": __builtins__}
+        exec(compile(code, "solution.py", "exec"), namespace)
+        if call is not None:
+            args = json.loads(sys.stdin.read())
+            fn = namespace.get(call)
+            if fn is None and isinstance(namespace.get("Solution"), type):  # LeetCode style
+                fn = getattr(namespace["Solution"](), call, None)
+            if not callable(fn):
+                raise NameError(f"the program defines no function {call!r}")
+            result = fn(*args)
+            sys.stdout.write(json.dumps(result))
+    except SystemExit as exc:
+        exit_code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001
+        traceback.print_exc(limit=3)
+        exit_code = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:  # noqa: BLE001
+        exit_code = exit_code or 1
+    os._exit(exit_code & 0xFF)
+
+
+if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--child":
+    _child_main(sys.argv[2])

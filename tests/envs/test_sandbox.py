@@ -1,0 +1,300 @@
+"""Programs that attack the sandbox: each is contained (reward 0), changes nothing outside it, leaves no
+process behind, and the env grades the next (honest) program as before.
+
+Each attack program prints the right answer only if its attack worked, so reward 0 means the attack
+failed. The problems' expected outputs cannot be computed from their inputs: a pass would have to
+come from reading them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from agentcollapse import envs
+from agentcollapse.envs.deepcoder_problems import CodeProblem
+from agentcollapse.envs.sandbox import _UID_BASE, OK, OUTPUT_LIMIT, TIMEOUT, Limits, Sandbox, SandboxUnavailable
+
+pytestmark = pytest.mark.xdist_group("sandbox")  # one worker: the leftover checks see only our processes
+
+REPO = Path(__file__).resolve().parents[2]
+LIMITS = {"cpu_seconds": 1.0, "wall_seconds": 2.0, "memory_mb": 256, "output_bytes": 1 << 16}
+SECRET = "zq-expected-7391-kx"  # the hidden expected output: no program can compute it
+
+
+def _layers() -> dict[str, bool]:
+    return Sandbox("best_effort").probe()
+
+
+needs_all_layers = pytest.mark.skipif(
+    not all(_layers().values()), reason=f"this machine lacks sandbox layers: {[k for k, v in _layers().items() if not v]}"
+)
+
+
+def _leftovers() -> list[str]:
+    """Live processes of a sandbox: a candidate uid, or a runner's command line."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields.get("State", "").strip().startswith("Z"):
+            continue
+        uid = int(fields.get("Uid", "0").split()[0])
+        if uid >= _UID_BASE or "sandbox.py --child" in cmdline:
+            found.append(f"{entry.name} uid={uid} {cmdline[:80]}")
+    return found
+
+
+def _assert_no_leftovers() -> None:
+    deadline = time.monotonic() + 3.0
+    while _leftovers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _leftovers() == []
+
+
+def _env(tests=(("1 2\n", SECRET + "\n"), ("3 4\n", SECRET + "-2\n")), call=None):
+    env = envs.make("deepcoder", sandbox="strict", **LIMITS)
+    env.reset(0)
+    env.problem = CodeProblem("Print the hidden answer .", tuple(tests), tuple(tests[:1]), call=call, kind="file", source="test")
+    return env
+
+
+def _attack(program: str, **kw) -> tuple[float, dict]:
+    """Grade ``program``; then an honest program on a fresh problem still gets reward 1."""
+    started = time.monotonic()
+    env = _env(**kw)
+    _, reward, done, info = env.step(program)
+    assert done and reward == 0.0 and not info["success"], info
+    honest = _env(tests=(("1 2\n", "3\n"),))
+    assert honest.step("a, b = map(int, input().split())\nprint(a + b)")[1] == 1.0
+    _assert_no_leftovers()
+    assert time.monotonic() - started < 15
+    return reward, info
+
+
+@needs_all_layers
+def test_all_layers_hold_here():
+    sandbox = Sandbox("strict")
+    assert sandbox.probe() == dict.fromkeys(sandbox.layers, True)
+    (run,) = sandbox.run("import os\nprint(sorted(os.listdir('/')), os.getcwd(), sorted(os.environ))", [""])
+    listing = run.stdout
+    assert run.status == OK and "work" in listing and "/work" in listing
+    assert "'home'" not in listing and "'proc'" not in listing and "'etc'" not in listing and "'tmp'" not in listing
+
+
+@needs_all_layers
+def test_infinite_loop_is_stopped_by_the_cpu_limit():
+    started = time.monotonic()
+    _, info = _attack("while True:\n    pass")
+    assert "timeout" in info["reason"]
+    assert time.monotonic() - started < 6
+
+
+@needs_all_layers
+def test_sleeping_forever_is_stopped_by_the_wall_clock():
+    _, info = _attack("import time\ntime.sleep(3600)")
+    assert "timeout" in info["reason"]
+
+
+@needs_all_layers
+def test_fork_bomb_is_capped_and_cleaned_up():
+    _attack("import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass")
+    # The cap itself: a program that forks as often as it can gets at most `processes` processes.
+    sandbox = Sandbox("strict", Limits(cpu_seconds=1, wall_seconds=2))
+    code = (
+        "import os, time\nn = 0\nfor _ in range(100):\n    try:\n        pid = os.fork()\n    except OSError:\n        break\n"
+        "    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    n += 1\nprint(n)"
+    )
+    (run,) = sandbox.run(code, [""])
+    assert run.status == OK and int(run.stdout) < sandbox.limits.processes
+    _assert_no_leftovers()
+
+
+@needs_all_layers
+def test_setsid_children_do_not_survive():
+    sandbox = Sandbox("strict", Limits(cpu_seconds=1, wall_seconds=2))
+    code = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(60)\nprint('parent done')"
+    (run,) = sandbox.run(code, [""])
+    assert run.status == OK and run.stdout.strip() == "parent done"
+    _assert_no_leftovers()
+
+
+@needs_all_layers
+def test_allocating_20_gb_fails():
+    _, info = _attack("x = bytearray(20 * 1024 ** 3)\nprint('zq-expected-7391-kx')")
+    assert "error" in info["reason"]
+
+
+@needs_all_layers
+def test_printing_1_gb_is_cut_off():
+    env = _env()
+    started = time.monotonic()
+    _, reward, _, info = env.step("import sys\nchunk = 'x' * 65536\nfor _ in range(16384):\n    sys.stdout.write(chunk)")
+    assert reward == 0.0 and env.last_runs[0].status == OUTPUT_LIMIT
+    assert len(env.last_runs[0].stdout) <= LIMITS["output_bytes"]
+    assert time.monotonic() - started < 5
+    _attack("import sys\nchunk = 'x' * 65536\nfor _ in range(16384):\n    sys.stdout.write(chunk)")
+
+
+@needs_all_layers
+@pytest.mark.parametrize("where", ["tests", "repository", "home", "tmp"])
+def test_writing_outside_the_sandbox_fails(where, tmp_path):
+    target = {
+        "tests": Path(__file__).parent,
+        "repository": REPO,
+        "home": Path(os.path.expanduser("~")),
+        "tmp": tmp_path,
+    }[where] / f"sandbox-attack-{os.getpid()}-{where}.py"
+    assert not target.exists()
+    program = f"open({str(target)!r}, 'w').write('pwned')\nprint({SECRET!r})"
+    _attack(program)
+    assert not target.exists()
+
+
+@needs_all_layers
+def test_expected_outputs_on_disk_are_out_of_reach(tmp_path):
+    # The data file the env loaded holds the expected outputs; the program looks for it everywhere.
+    data = tmp_path / "problems.jsonl"
+    data.write_text(json.dumps({"problem": "Print the hidden answer .", "tests": [{"input": "1 2\n", "output": SECRET + "\n"}]}) + "\n")
+    env = envs.make("deepcoder", sandbox="strict", data_path=str(data), **LIMITS)
+    env.reset(0)
+    program = (
+        "import os, re\n"
+        f"paths = [{str(data)!r}]\n"
+        "for root, dirs, files in os.walk('/'):\n"
+        "    paths += [os.path.join(root, f) for f in files if f.endswith('.jsonl')]\n"
+        "for p in paths:\n"
+        "    try:\n"
+        "        m = re.search(r'zq-expected-[0-9]+-kx', open(p).read())\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    if m:\n"
+        "        print(m.group(0))\n"
+        "        break"
+    )
+    _, reward, _, info = env.step(program)
+    assert reward == 0.0 and env.last_runs[0].stdout == ""
+    _assert_no_leftovers()
+
+
+@needs_all_layers
+def test_expected_outputs_in_the_graders_memory_are_out_of_reach():
+    grader = os.getpid()
+    program = (
+        "import gc, os, re\n"
+        "pat = re.compile(rb'zq-expected-[0-9]+-kx')\n"
+        "for o in gc.get_objects():\n"
+        "    if isinstance(o, (str, bytes)) and pat.search(o if isinstance(o, bytes) else o.encode()):\n"
+        "        print(pat.search(o if isinstance(o, bytes) else o.encode()).group(0).decode()); raise SystemExit\n"
+        f"for pid in ({grader}, os.getppid(), 1):\n"
+        "    for name in ('mem', 'environ', 'cmdline'):\n"
+        "        try:\n"
+        "            data = open(f'/proc/{pid}/{name}', 'rb').read(1 << 24)\n"
+        "        except OSError:\n"
+        "            continue\n"
+        "        if pat.search(data):\n"
+        "            print(pat.search(data).group(0).decode()); raise SystemExit"
+    )
+    _attack(program)
+
+
+@needs_all_layers
+def test_environment_variables_of_the_parent_are_not_visible(monkeypatch):
+    monkeypatch.setenv("AGENTCOLLAPSE_FAKE_SECRET", SECRET)
+    program = (
+        "import os\nprint(os.environ.get('AGENTCOLLAPSE_FAKE_SECRET', 'none'))\n"
+        "for p in ('/proc/self/environ', '/proc/1/environ'):\n"
+        "    try:\n        print(open(p).read())\n    except OSError:\n        pass"
+    )
+    env = _env()
+    env.step(program)
+    assert SECRET not in env.last_runs[0].stdout and env.last_runs[0].stdout.strip() == "none"
+    _attack(program)
+
+
+@needs_all_layers
+def test_no_network_even_to_localhost():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    server.settimeout(0.1)
+    port = server.getsockname()[1]
+    connected, stop = [], threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            connected.append(True)
+            conn.sendall((SECRET + "\n").encode())
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    program = f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\nprint(s.recv(100).decode().strip())"
+    try:
+        _attack(program)
+        assert connected == []
+    finally:
+        stop.set()
+        thread.join(timeout=2)
+        server.close()
+
+
+@needs_all_layers
+def test_killing_the_parent_or_the_grader_fails():
+    grader = os.getpid()
+    for target in ("os.getppid()", str(grader), "1", "-1"):
+        program = f"import os, signal\ntry:\n    os.kill({target}, signal.SIGKILL)\nexcept OSError:\n    pass\nprint('still here')"
+        _attack(program)
+    assert os.getpid() == grader  # this process (the grader) is alive
+
+
+@needs_all_layers
+def test_exiting_early_or_patching_the_checker_passes_nothing():
+    _attack("import sys\nsys.exit(0)")
+    forged = json.dumps({"i": 1, "status": "ok", "stdout": SECRET + "-2\n", "stderr": "", "seconds": 0})
+    patch = (
+        "import sys, json\n"
+        "try:\n    import agentcollapse.envs.sandbox as s\n    s.outputs_match = lambda *a, **k: True\nexcept ImportError:\n    pass\n"
+        "import builtins\nbuiltins.print = lambda *a, **k: None\n"
+        f"sys.stdout.write({forged!r} + '\\n')\n"
+        'import os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, b\'{"i": 0, "status": "ok", "stdout": "x"}\\n\')\n    except OSError:\n        pass\n'
+        "sys.exit(0)"
+    )
+    _attack(patch)
+    _attack(
+        "def solve(a, b):\n    import json\n    json.dumps = lambda v: 'true'\n    return 0",
+        tests=(("[1, 2]", json.dumps(SECRET)),),
+        call="solve",
+    )
+
+
+def test_without_namespaces_strict_refuses_and_best_effort_says_so_once(caplog):
+    with pytest.raises(SandboxUnavailable, match="best_effort"):
+        Sandbox("strict", namespaces=False).probe()
+    sandbox = Sandbox("best_effort", Limits(cpu_seconds=1, wall_seconds=2), namespaces=False)
+    with caplog.at_level(logging.WARNING, logger="agentcollapse.envs.sandbox"):
+        layers = sandbox.probe()
+        runs = sandbox.run("while True:\n    pass", [""]) + sandbox.run("print(int(input()) * 2)", ["21"])
+    assert not layers["net_namespace"] and not layers["pid_namespace"] and not layers["mount_namespace"]
+    assert layers["rlimits"] and layers["session"] and layers["clean_env"]
+    assert [r.status for r in runs] == [TIMEOUT, OK] and runs[1].stdout == "42\n"
+    warnings = [r.message for r in caplog.records if "running without" in r.message]
+    assert len(warnings) == 1 and "net_namespace" in warnings[0]
+    _assert_no_leftovers()
