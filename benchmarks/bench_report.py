@@ -354,6 +354,71 @@ RENDER = {
 }
 
 
+# -- the iteration's regression check ---------------------------------------------------------------
+BEST_ITERATION = "iteration_best.json"  # kept in git: the lowest iteration ratio measured, and its pairs
+MIN_NOISE = 0.05  # relative: the smallest spread taken as this machine's run-to-run noise (two pairs can agree by chance)
+
+
+def pair_ratios(r: dict[str, Any]) -> list[float]:
+    """Each alternating pair's ratio of mean iteration times (steps 2.., as the headline ratio)."""
+    out = []
+    for base, cur in zip(r["raw"]["baseline"], r["raw"]["current"]):
+        b, c = base["step"][1:], cur["step"][1:]
+        if b and c:
+            out.append((sum(c) / len(c)) / (sum(b) / len(b)))
+    return out
+
+
+def iteration_record(r: dict[str, Any]) -> dict[str, Any]:
+    """What the regression check keeps of an iteration result."""
+    keys = ("commit", "measured_at", "command", "config", "baseline_commit", "threads", "repeats")
+    return {**{k: r.get(k) for k in keys}, "ratio": r["ratio_current_over_baseline"]["step"], "pair_ratios": pair_ratios(r)}
+
+
+def iteration_regression(latest: dict[str, Any], best: dict[str, Any] | None) -> dict[str, Any]:
+    """The latest iteration ratio against the best committed one. The noise is the larger relative spread of
+    the pair ratios within either run (at least ``MIN_NOISE``): a ratio above ``best * (1 + noise)`` regressed."""
+    now = iteration_record(latest)
+    if best is None:
+        return {"verdict": "no best result yet", "now": now, "best": None}
+    same = all(now[k] == best.get(k) for k in ("config", "baseline_commit", "threads"))
+    if not same:
+        return {"verdict": "not comparable (another config, baseline or thread count)", "now": now, "best": best}
+
+    def spread(pairs: list[float]) -> float:
+        return (max(pairs) - min(pairs)) / min(pairs) if len(pairs) > 1 else 0.0
+
+    noise = max(spread(now["pair_ratios"]), spread(best.get("pair_ratios") or []), MIN_NOISE)
+    limit = best["ratio"] * (1 + noise)
+    verdict = "regressed" if now["ratio"] > limit else ("new best" if now["ratio"] < best["ratio"] else "within noise")
+    return {"verdict": verdict, "now": now, "best": best, "noise": noise, "limit": limit}
+
+
+def regression_lines(check: dict[str, Any]) -> list[str]:
+    now, best = check["now"], check["best"]
+    pairs = ", ".join(f"{x:.2f}" for x in now["pair_ratios"])
+    if best is None or "limit" not in check:
+        return [f"Iteration regression check: {check['verdict']} (now {now['ratio']:.2f}x, pairs {pairs}).", ""]
+    head = "**REGRESSED**" if check["verdict"] == "regressed" else check["verdict"]
+    return [
+        f"Iteration regression check: {head}: now {now['ratio']:.2f}x the old code (pairs {pairs}) at `{now['commit']}`; "
+        f"best committed {best['ratio']:.2f}x at `{best['commit']}`; noise {check['noise']:.0%}, so the limit is {check['limit']:.2f}x.",
+        "",
+    ]
+
+
+def check_iteration(results: Path, parts: dict[str, Any]) -> dict[str, Any] | None:
+    """Compare this run's iteration with the best committed one; a new best is written for committing."""
+    latest = parts.get("iteration")
+    if not latest or "raw" not in latest:
+        return None
+    best = load(results, BEST_ITERATION.removesuffix(".json"))
+    check = iteration_regression(latest, best)
+    if check["verdict"] in ("new best", "no best result yet"):
+        (results / BEST_ITERATION).write_text(json.dumps(check["now"], indent=2))
+    return check
+
+
 def load(results: Path, name: str) -> dict[str, Any] | None:
     path = results / f"{name}.json"
     if not path.is_file():
@@ -389,11 +454,17 @@ def main() -> None:
             lines += [f"Could not read `{name}.json` ({type(exc).__name__}: {exc}); re-run `{PARTS[name]}`.", ""]
         summary["parts"][name] = part
     summary["headline"] = headline(summary["parts"])
-    lines[2:2] = goal_lines(summary["headline"]["performance_goals"])
+    check = check_iteration(results, summary["parts"])
+    summary["iteration_regression"] = check
+    lines[2:2] = [*goal_lines(summary["headline"]["performance_goals"]), *(regression_lines(check) if check else [])]
     (results / "latest.json").write_text(json.dumps(summary, indent=2, default=str))
     (results / "latest.md").write_text("\n".join(lines))
     print("\n".join(lines))
     print(f"wrote {results / 'latest.json'} and {results / 'latest.md'}")
+    if check and check["verdict"] in ("new best", "no best result yet"):
+        print(f"a new best iteration ratio: commit {results / BEST_ITERATION} so later runs are checked against it")
+    if check and check["verdict"] == "regressed":
+        raise SystemExit(f"REGRESSED: {regression_lines(check)[0]}")
 
 
 if __name__ == "__main__":

@@ -91,3 +91,46 @@ def test_performance_goals_give_each_value_its_target_and_commit(bench_report):
     assert "| 1_trl_tiny_head_ratio | 0.780 | at most 0.8 | yes | `abc1234` | `make bench-trl` |" in table
     assert "| 4_smollm2_update_fraction_of_matmul_limit_fp32 | 0.300 | at least 0.5 | no |" in table
     assert "| 3_proxy_cost_at_compute_freq_5_tiny | not measured |" in table
+
+
+def iteration_result(pairs: list[tuple[float, float]], commit: str = "abc1234") -> dict:
+    """An iteration result whose alternating pairs took these (baseline, current) seconds a step."""
+    raw = {"baseline": [{"step": [30.0, b, b]} for b, _ in pairs], "current": [{"step": [20.0, c, c]} for _, c in pairs]}
+    ratio = sum(c for _, c in pairs) / sum(b for b, _ in pairs)
+    config = ["env=frozenlake", "rollout.num_prompts=8"]
+    return {
+        "commit": commit,
+        "measured_at": "now",
+        "config": config,
+        "baseline_commit": "5bfa7f0",
+        "threads": 1,
+        "repeats": len(pairs),
+        "raw": raw,
+        "ratio_current_over_baseline": {"step": ratio},
+    }
+
+
+def test_the_iteration_regression_check_compares_with_the_best_committed_ratio_beyond_the_noise(bench_report, tmp_path, monkeypatch):
+    best = bench_report.iteration_record(iteration_result([(14.0, 7.0), (14.0, 7.2)], commit="good"))
+    assert best["pair_ratios"] == pytest.approx([0.5, 7.2 / 14.0]) and best["ratio"] == pytest.approx(14.2 / 28)
+    # the issue's case: 0.50x before, 0.57x now with pairs that agree: beyond a 5% noise floor
+    slow = bench_report.iteration_regression(iteration_result([(18.0, 10.3), (18.5, 10.5)]), best)
+    assert slow["verdict"] == "regressed" and slow["noise"] == pytest.approx(0.05)
+    # the same ratio with pairs far apart is within this run's own noise
+    noisy = bench_report.iteration_regression(iteration_result([(18.0, 8.5), (18.0, 11.5)]), best)
+    assert noisy["verdict"] == "within noise" and noisy["noise"] > 0.3
+    assert bench_report.iteration_regression(iteration_result([(18.0, 8.5), (18.0, 8.6)]), best)["verdict"] == "new best"
+    other = iteration_result([(18.0, 10.3)])
+    other["threads"] = 2
+    assert bench_report.iteration_regression(other, best)["verdict"].startswith("not comparable")
+
+    # make bench's report: a regression is a line in latest.md and a failing exit; a new best is written for committing
+    (tmp_path / "iteration_best.json").write_text(json.dumps(best))
+    (tmp_path / "iteration.json").write_text(json.dumps(iteration_result([(18.0, 10.3), (18.5, 10.5)])))
+    monkeypatch.setattr(sys, "argv", ["bench_report.py", "--results", str(tmp_path)])
+    with pytest.raises(SystemExit, match="REGRESSED"):
+        bench_report.main()
+    assert "Iteration regression check: **REGRESSED**: now 0.57x" in (tmp_path / "latest.md").read_text()
+    (tmp_path / "iteration.json").write_text(json.dumps(iteration_result([(18.0, 8.5), (18.0, 8.6)], commit="faster")))
+    bench_report.main()
+    assert json.loads((tmp_path / "iteration_best.json").read_text())["commit"] == "faster"
