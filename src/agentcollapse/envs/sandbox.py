@@ -34,8 +34,10 @@ runs with what there is and says once which are missing.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import marshal
 import os
 import signal
 import subprocess
@@ -52,11 +54,7 @@ log = logging.getLogger(__name__)
 
 LAYERS = ("rlimits", "session", "clean_env", "pid_namespace", "net_namespace", "mount_namespace", "unprivileged")
 MODES = ("strict", "best_effort")
-# Statuses of one test run, as the harness reports them.
-OK, ERROR, TIMEOUT, OUTPUT_LIMIT, SKIPPED = "ok", "error", "timeout", "output_limit", "skipped"
-SANDBOX_ERROR = "sandbox_error"
-_CHILD_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "HOME": "/work"}
-_UID_BASE = 3_000_000  # candidates run as uid _UID_BASE + the runner's pid (unique while it runs)
+SANDBOX_ERROR = "sandbox_error"  # no result came back (the statuses a run reports are in the child's part below)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -98,6 +96,17 @@ class BatchStats:
 # ---------------------------------------------------------------------------------------------
 # The grader side
 # ---------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def _child_source() -> str:
+    """The runner's script: the part of this file below its marker."""
+    with open(os.path.abspath(__file__), encoding="utf-8") as f:
+        text = f.read()
+    return "from __future__ import annotations\n" + text[text.rindex(_CHILD_MARKER) :]  # the marker line, not this constant
+
+
+_CHILD_MARKER = "# === the child's script ==="
 
 
 def _base_python() -> str:
@@ -170,7 +179,7 @@ class Sandbox:
         host_dir = tempfile.mkdtemp(prefix="agentcollapse-sandbox-")
         try:
             proc = subprocess.Popen(
-                [self.python, "-I", "-S", "-B", os.path.abspath(__file__), "--child", host_dir],
+                [self.python, "-I", "-S", "-B", "-c", _child_source(), host_dir],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -180,7 +189,7 @@ class Sandbox:
                 close_fds=True,
             )
             try:
-                raw = _communicate(proc, json.dumps(request).encode(), cap, deadline)
+                raw = _communicate(proc, marshal.dumps(request), cap, deadline)
             finally:
                 _kill_group(proc)
         finally:
@@ -189,23 +198,33 @@ class Sandbox:
 
     def _parse(self, raw: bytes, n: int, seconds: float) -> list[TestRun]:
         results: list[TestRun | None] = [None] * n
-        for line in raw.splitlines():
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(msg, dict):
-                continue
-            if "layers" in msg:
-                self._note_layers(msg["layers"])
-            elif "fatal" in msg:
-                if self.mode == "strict" and msg.get("unavailable"):
-                    raise SandboxUnavailable(f"sandbox: {msg['fatal']} (env.kwargs.sandbox=best_effort runs without it)")
-                log.warning("sandbox: %s", msg["fatal"])
-            elif "i" in msg and isinstance(msg["i"], int) and 0 <= msg["i"] < n:
-                results[msg["i"]] = TestRun(
-                    str(msg.get("status")), str(msg.get("stdout", "")), str(msg.get("stderr", "")), float(msg.get("seconds", 0.0))
-                )
+        pos = 0
+        while pos < len(raw):
+            end = raw.find(b"\n", pos)
+            if end < 0:
+                break
+            head = raw[pos:end].decode("utf-8", "replace")
+            pos = end + 1
+            kind, _, rest = head.partition(" ")
+            if kind == "L":
+                self._note_layers({k: v == "1" for k, _, v in (item.partition("=") for item in rest.split())})
+            elif kind == "F":
+                unavailable, _, message = rest.partition(" ")
+                if self.mode == "strict" and unavailable == "1":
+                    raise SandboxUnavailable(f"sandbox: {message} (env.kwargs.sandbox=best_effort runs without it)")
+                log.warning("sandbox: %s", message)
+            elif kind == "T":
+                try:
+                    i, status, secs, n_out, n_err = rest.split()
+                    k, a, b = int(i), int(n_out), int(n_err)
+                except ValueError:
+                    break
+                out, err = raw[pos : pos + a], raw[pos + a : pos + a + b]
+                pos += a + b
+                if 0 <= k < n:
+                    results[k] = TestRun(status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), float(secs))
+            else:
+                break
         per_test = seconds / max(1, n)
         return [r if r is not None else TestRun(SANDBOX_ERROR, "", "no result (killed or timed out)", per_test) for r in results]
 
@@ -308,10 +327,19 @@ def outputs_match(actual: str, expected: str, call: bool = False) -> bool:
     return True
 
 
-# ---------------------------------------------------------------------------------------------
-# The child side: runner, harness and candidates (runs under ``python -I -S``; stdlib only)
-# ---------------------------------------------------------------------------------------------
+# === the child's script ==========================================================================
+# Everything below runs in the runner (``python -I -S -c <this part>``): the standard library's
+# builtin modules only, no json (its import of ``re`` costs more than a test); the grader sends the
+# request marshalled and reads results framed as ``T i status seconds n_out n_err\n`` + the bytes.
+import marshal  # noqa: E402,F811
+import os  # noqa: E402,F811
+import sys  # noqa: E402,F811
+import time  # noqa: E402,F811
 
+# Statuses of one test run, as the harness reports them.
+OK, ERROR, TIMEOUT, OUTPUT_LIMIT, SKIPPED = "ok", "error", "timeout", "output_limit", "skipped"
+_CHILD_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "HOME": "/work"}
+_UID_BASE = 3_000_000  # candidates run as uid _UID_BASE + the runner's pid (unique while it runs)
 _CLONE_NEWNS, _CLONE_NEWUTS, _CLONE_NEWIPC = 0x00020000, 0x04000000, 0x08000000
 _CLONE_NEWUSER, _CLONE_NEWPID, _CLONE_NEWNET = 0x10000000, 0x20000000, 0x40000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
@@ -319,6 +347,7 @@ _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 1, 4, 38
 _PR_CAPBSET_DROP, _PR_SET_SECUREBITS, _SECBIT_NOROOT_AND_LOCKED = 24, 28, 0x3
 _MNT_DETACH = 2
+_SIGKILL, _SIGXCPU = 9, 24  # Linux's numbers (the signal module's import of enum costs more than a test)
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
 
 
@@ -336,8 +365,16 @@ def _check(ret: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def _emit(obj: dict[str, Any]) -> None:
-    os.write(1, (json.dumps(obj) + "\n").encode())
+def _emit_layers(layers: dict[str, bool]) -> None:
+    os.write(1, ("L " + " ".join(f"{k}={int(v)}" for k, v in layers.items()) + "\n").encode())
+
+
+def _emit_fatal(message: str, unavailable: bool) -> None:
+    os.write(1, f"F {int(unavailable)} {' '.join(message.split())}\n".encode())
+
+
+def _emit_result(i: int, status: str, seconds: float, out: bytes, err: bytes) -> None:
+    os.write(1, f"T {i} {status} {seconds:.4f} {len(out)} {len(err)}\n".encode() + out + err)
 
 
 def _mount(libc: Any, src: str | None, dst: str, fstype: str | None, flags: int, data: str | None = None) -> None:
@@ -407,8 +444,8 @@ def _drop_capabilities(libc: Any) -> None:
 def _child_main(host_dir: str) -> None:
     """The runner: read the request, set up namespaces, fork the harness, wait for it."""
     libc = _libc()
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    request = json.loads(sys.stdin.buffer.read())
+    libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
+    request = marshal.loads(sys.stdin.buffer.read())
     strict = bool(request.get("strict"))
     layers = {"rlimits": True, "session": os.getsid(0) == os.getpid(), "clean_env": True}
     root = os.geteuid() == 0
@@ -429,7 +466,7 @@ def _child_main(host_dir: str) -> None:
                 f.write(f"0 {gid} 1")
     except OSError as exc:
         if strict:
-            _emit({"fatal": f"cannot create namespaces ({exc}); needs root or unprivileged user namespaces", "unavailable": True})
+            _emit_fatal(f"cannot create namespaces ({exc}); needs root or unprivileged user namespaces", True)
             return
     layers["net_namespace"] = layers["pid_namespace"] = namespaces
     # The candidates' uid: a fresh one as root (RLIMIT_NPROC binds it, it owns nothing); an ordinary
@@ -441,7 +478,7 @@ def _child_main(host_dir: str) -> None:
         try:
             _harness(libc, request, layers, host_dir, namespaces, run_uid, strict)
         except BaseException as exc:  # noqa: BLE001 (the harness must report, never hang)
-            _emit({"fatal": f"harness failed: {type(exc).__name__}: {exc}", "unavailable": False})
+            _emit_fatal(f"harness failed: {type(exc).__name__}: {exc}", False)
         finally:
             os._exit(0)
     os.waitpid(pid, 0)
@@ -450,7 +487,7 @@ def _child_main(host_dir: str) -> None:
 def _harness(
     libc: Any, request: dict[str, Any], layers: dict[str, bool], host_dir: str, namespaces: bool, run_uid: int | None, strict: bool
 ) -> None:
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
     limits = request["limits"]
     workdir = host_dir
     mounted = False
@@ -462,29 +499,33 @@ def _harness(
             mounted = True
         except OSError as exc:
             if strict:
-                _emit({"fatal": f"cannot build a private read-only root ({exc})", "unavailable": True})
+                _emit_fatal(f"cannot build a private read-only root ({exc})", True)
                 return
     layers["mount_namespace"] = mounted
     os.chdir(workdir)
     if run_uid is not None and not mounted:
         os.chown(workdir, run_uid, run_uid)
-    _emit({"layers": layers})
+    _emit_layers(layers)
     libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
     code, call = request["code"], request["call"]
+    import io  # noqa: F401 (imported once here, not in every candidate)
+
+    if call is not None:
+        import json  # noqa: F401
     failed = False
     for i, text in enumerate(request["inputs"]):
         if failed:
-            _emit({"i": i, "status": SKIPPED, "stdout": "", "stderr": "", "seconds": 0.0})
+            _emit_result(i, SKIPPED, 0.0, b"", b"")
             continue
         started = time.monotonic()
         status, out, err = _run_one(libc, code, call, text, limits, run_uid)
         if os.getpid() == 1:  # init of our PID namespace: nothing the candidate started survives the test
             try:
-                os.kill(-1, signal.SIGKILL)
+                os.kill(-1, _SIGKILL)
             except ProcessLookupError:
                 pass
             _reap()
-        _emit({"i": i, "status": status, "stdout": out, "stderr": err, "seconds": round(time.monotonic() - started, 4)})
+        _emit_result(i, status, time.monotonic() - started, out, err)
         failed = bool(request.get("stop_early")) and status != OK
 
 
@@ -498,9 +539,9 @@ def _reap() -> None:
             return
 
 
-def _run_one(libc: Any, code: str, call: str | None, text: str, limits: dict[str, Any], run_uid: int | None) -> tuple[str, str, str]:
+def _run_one(libc: Any, code: str, call: str | None, text: str, limits: dict[str, Any], run_uid: int | None) -> tuple[str, bytes, bytes]:
     import resource
-    import selectors
+    import select
 
     stdin = os.memfd_create("input")
     os.write(stdin, text.encode())
@@ -545,23 +586,22 @@ def _run_one(libc: Any, code: str, call: str | None, text: str, limits: dict[str
     streams = {out_r: out, err_r: err}
     # The candidate's exit ends the test, even while processes it started hold the pipes open.
     exited = os.pidfd_open(pid)
-    with selectors.DefaultSelector() as sel:
-        for fd in streams:
-            sel.register(fd, selectors.EVENT_READ)
-        sel.register(exited, selectors.EVENT_READ)
-        while status is None and wstatus is None:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                status = TIMEOUT
-                break
-            for key, _ in sel.select(timeout=left):
-                if key.fd == exited:
-                    wstatus = os.waitpid(pid, 0)[1]
-                    continue
-                if _read_into(key.fd, streams[key.fd], cap if key.fd == out_r else None):
-                    sel.unregister(key.fd)
-                if len(out) > cap:
-                    status = OUTPUT_LIMIT
+    poll = select.poll()
+    for fd in (out_r, err_r, exited):
+        poll.register(fd, select.POLLIN)
+    while status is None and wstatus is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            status = TIMEOUT
+            break
+        for fd, _ in poll.poll(max(1, int(left * 1000))):
+            if fd == exited:
+                wstatus = os.waitpid(pid, 0)[1]
+                continue
+            if _read_into(fd, streams[fd], cap if fd == out_r else None):
+                poll.unregister(fd)
+            if len(out) > cap:
+                status = OUTPUT_LIMIT
     if status is None:  # exited: what it wrote before is in the pipes
         for fd, buf in streams.items():  # a bounded drain: processes it started may write on
             os.set_blocking(fd, False)
@@ -575,7 +615,7 @@ def _run_one(libc: Any, code: str, call: str | None, text: str, limits: dict[str
             status = OUTPUT_LIMIT
     if wstatus is None:
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.kill(pid, _SIGKILL)
         except ProcessLookupError:
             pass
         wstatus = os.waitpid(pid, 0)[1]
@@ -583,13 +623,13 @@ def _run_one(libc: Any, code: str, call: str | None, text: str, limits: dict[str
     os.close(out_r)
     os.close(err_r)
     if status is None:
-        if os.WIFSIGNALED(wstatus) and os.WTERMSIG(wstatus) in (signal.SIGXCPU, signal.SIGKILL):
+        if os.WIFSIGNALED(wstatus) and os.WTERMSIG(wstatus) in (_SIGXCPU, _SIGKILL):
             status = TIMEOUT
         elif os.WIFEXITED(wstatus) and os.WEXITSTATUS(wstatus) == 0:
             status = OK
         else:
             status = ERROR
-    return status, bytes(out[:cap]).decode("utf-8", "replace"), bytes(err[-2048:]).decode("utf-8", "replace")
+    return status, bytes(out[:cap]), bytes(err[-2048:])
 
 
 def _read_into(fd: int, buf: bytearray, cap: int | None) -> bool:
@@ -606,8 +646,9 @@ def _read_into(fd: int, buf: bytearray, cap: int | None) -> bool:
 def _candidate(code: str, call: str | None) -> None:
     """Run the program in this (forked, limited) process; never returns."""
     import io
-    import traceback
 
+    if call is not None:
+        import json
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="replace")
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="replace", write_through=True)
@@ -627,6 +668,8 @@ def _candidate(code: str, call: str | None) -> None:
     except SystemExit as exc:
         exit_code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException:  # noqa: BLE001
+        import traceback
+
         traceback.print_exc(limit=3)
         exit_code = 1
     try:
@@ -637,5 +680,5 @@ def _candidate(code: str, call: str | None) -> None:
     os._exit(exit_code & 0xFF)
 
 
-if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == "--child":
-    _child_main(sys.argv[2])
+if __name__ == "__main__" and sys.argv[0] == "-c" and len(sys.argv) == 2:
+    _child_main(sys.argv[1])
