@@ -36,6 +36,16 @@ def test_unset_warm_start_options_keep_the_cache_key(make_cfg):
     assert cache_key(cfg.model, cfg.env) != key
 
 
+def test_a_real_data_set_changes_the_cache_key_and_none_keeps_it(make_cfg):
+    cfg = make_cfg()
+    key = cache_key(cfg.model, cfg.env)
+    assert cfg.env.data_path is None
+    cfg.env.data_path = "/data/nq_slice"  # its own vocabulary and demonstrations: its own model
+    assert cache_key(cfg.model, cfg.env) != key
+    cfg.env.data_path = None
+    assert cache_key(cfg.model, cfg.env) == key
+
+
 def test_single_turn_envs_bring_their_warm_start_and_overrides_still_win():
     from agentcollapse.config.compose import compose as compose_config
 
