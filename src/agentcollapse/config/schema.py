@@ -85,7 +85,10 @@ def _one_of(name: str, value: Any, valid: list[str] | tuple[str, ...], how: str 
 
 @dataclass
 class EnvConfig:
-    name: str = opt("frozenlake", help="environment: frozenlake | sokoban | countdown | math | searchqa | deepcoder (registered in agentcollapse.envs)")
+    name: str = opt(
+        "frozenlake",
+        help="environment: frozenlake | sokoban | countdown | math | webshop | searchqa | deepcoder (registered in agentcollapse.envs)",
+    )
     kwargs: dict[str, Any] = opt(factory=dict, help="keyword arguments of the env's constructor (e.g. frozenlake slip, size)")
     data_path: str | None = opt(
         None, help="a local copy of the env's real data set (webshop, searchqa, deepcoder); unset: the generated data in the package"

@@ -267,6 +267,15 @@ class WebShopEnv(TextEnv):
         }[self.page]
         return f"{self.render_grid()}\nActions: {actions}"
 
+    def vocabulary_texts(self) -> list[str]:
+        """Every product's id, title, price and option values, and (real data) every instruction: a
+        held-out episode may show any of them."""
+        out = [
+            " ".join((p.asin, p.title, f"${_money(p.price)}", *(v for vs in p.options.values() for v in vs)))
+            for p in self.catalogue.products
+        ]
+        return out + [g.instruction for g in self.catalogue.goals]
+
     # -- grounding ------------------------------------------------------------------------
     def _shown(self) -> list[ShopProduct]:
         if self.page == RESULTS:
