@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from agentcollapse import envs
+from agentcollapse.envs import sandbox as sandbox_module
 from agentcollapse.envs.deepcoder_problems import CodeProblem
 from agentcollapse.envs.sandbox import _UID_BASE, OK, OUTPUT_LIMIT, TIMEOUT, Limits, Sandbox, SandboxUnavailable
 
@@ -39,22 +40,24 @@ needs_all_layers = pytest.mark.skipif(
 
 
 def _leftovers() -> list[str]:
-    """Live processes of a sandbox: a candidate uid, or a runner's command line."""
+    """Live processes of the sandboxes this process started: in a runner's process group, or (as root)
+    running as one of their candidates' uids. Other processes' sandboxes (a training run) do not count."""
+    runners = set(sandbox_module.STARTED)
+    uids = {_UID_BASE + pid for pid in runners}
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
+            stat = (entry / "stat").read_text()
             status = (entry / "status").read_text()
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
+        state, _, pgid = stat.rsplit(")", 1)[1].split()[:3]
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if fields.get("State", "").strip().startswith("Z"):
-            continue
         uid = int(fields.get("Uid", "0").split()[0])
-        if uid >= _UID_BASE or "sandbox.py --child" in cmdline:
-            found.append(f"{entry.name} uid={uid} {cmdline[:80]}")
+        if state != "Z" and (int(pgid) in runners or uid in uids):
+            found.append(f"{entry.name} uid={uid} pgid={pgid}")
     return found
 
 

@@ -30,6 +30,8 @@ from typing import Any, ClassVar
 from agentcollapse.envs import register
 from agentcollapse.envs.base import SingleAnswerEnv
 from agentcollapse.envs.deepcoder_problems import (
+    _INPUT_FORMAT,
+    _TASKS,
     DIFFICULTIES,
     STYLES,
     CodeProblem,
@@ -174,6 +176,11 @@ class DeepCoderEnv(SingleAnswerEnv):
         program, why = compilable(code)
         if program is None:
             return self._fail(why or "the program does not compile", valid=False)
+        if problem.source == "generated" and code == problem.reference:
+            # The generated family's reference passes its tests by construction (tests/envs/test_deepcoder.py
+            # runs every one); not running it again keeps the planner's demonstrations cheap.
+            self.feedback = None
+            return 1.0, True, True, None
         runs = self.sandbox.run(program, [i for i, _ in problem.tests], problem.call, stop_early=not self.partial_credit)
         return self.score(runs)
 
@@ -236,6 +243,18 @@ class DeepCoderEnv(SingleAnswerEnv):
         if facts.get("example_size") is not None:
             claims += [int(n) == facts["example_size"] for n in _SIZE_CLAIM.findall(think)]
         return sum(claims) / len(claims) if claims else None
+
+    def vocabulary_texts(self) -> list[str]:
+        """Every task's statement words and program, and the retry feedback (a word-level policy reads them
+        on held-out problems and in the multi-turn variant even when no demonstration showed them)."""
+        texts = [
+            "Your answer was not run : the program does not compile . Your program failed an example .\nInput :\nExpected :\nGot :\n"
+            "Your program passes the examples but fails a hidden test . Try again . ok error timeout output_limit skipped "
+            "SyntaxError NameError TypeError ValueError IndexError KeyError ZeroDivisionError AttributeError RecursionError MemoryError",
+        ]
+        for task in _TASKS:
+            texts += [task.text, task.plan, reference_program(task, False), reference_program(task, True), " ".join(task.params)]
+        return texts + [text for text in _INPUT_FORMAT.values()]
 
     def demonstration(self, rng: random.Random, suboptimal_prob: float = 0.0) -> tuple[str, str]:
         problem = self._require_problem()

@@ -34,6 +34,7 @@ runs with what there is and says once which are missing.
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import logging
@@ -54,6 +55,9 @@ log = logging.getLogger(__name__)
 
 LAYERS = ("rlimits", "session", "clean_env", "pid_namespace", "net_namespace", "mount_namespace", "unprivileged")
 MODES = ("strict", "best_effort")
+STARTED: collections.deque[int] = collections.deque(maxlen=100_000)
+"""Pids of the runners this process started (each is its process group; as root its candidates' uid is
+``_UID_BASE`` + it): what a check for leftover processes looks for."""
 SANDBOX_ERROR = "sandbox_error"  # no result came back (the statuses a run reports are in the child's part below)
 
 
@@ -137,7 +141,11 @@ class Sandbox:
     def probe(self) -> dict[str, bool]:
         """Which layers hold here (one trivial run); strict mode raises SandboxUnavailable when any is missing."""
         if not self.layers:
-            self.run("print(1)", [""])
+            (run,) = self.run("print(1)", [""])
+            if not self.layers:  # the runner did not get as far as reporting
+                self._note_layers({})
+            if run.status != OK or run.stdout != "1\n":
+                raise SandboxUnavailable(f"sandbox: a trivial program did not run ({run.status}: {run.stderr.strip()[-200:]})")
         return dict(self.layers)
 
     def missing(self) -> list[str]:
@@ -188,6 +196,7 @@ class Sandbox:
                 start_new_session=True,
                 close_fds=True,
             )
+            STARTED.append(proc.pid)
             try:
                 raw = _communicate(proc, marshal.dumps(request), cap, deadline)
             finally:
