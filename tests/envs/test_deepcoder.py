@@ -116,6 +116,26 @@ def test_every_reference_passes_its_tests_even_through_the_tiny_tokenizer():
         sandbox.close()
 
 
+def test_pregrading_a_batch_in_parallel_gives_the_same_rewards():
+    from agentcollapse.envs.deepcoder import DeepCoderEnv
+
+    answers = [SUM, "print(3)", "print(", "", "while True: pass", f"```python\n{SUM}\n```"]
+
+    def batch():
+        out = []
+        for _ in answers:
+            env = _sum_env(cpu_seconds=1.0, wall_seconds=1.5)
+            out.append(env)
+        return out
+
+    sequential = [env.step(text)[1:3] for env, text in zip(batch(), answers)]
+    envs_ = batch()
+    DeepCoderEnv.pregrade(envs_, answers)
+    assert [env._pregraded is not None for env in envs_] == [True, True, False, False, True, True]
+    assert [env.step(text)[1:3] for env, text in zip(envs_, answers)] == sequential
+    assert [r for r, _ in sequential] == [1.0, 0.0, envs_[2].format_penalty, envs_[3].format_penalty, 0.0, 1.0]
+
+
 def test_demonstrations_are_grounded_and_the_env_solves_with_them():
     env = envs.make("deepcoder", difficulty=3)
     rng = random.Random(0)

@@ -142,6 +142,7 @@ class DeepCoderEnv(SingleAnswerEnv):
         self.problem: CodeProblem | None = None
         self.feedback: str | None = None
         self.last_runs: list[TestRun] = []
+        self._pregraded: tuple[CodeProblem, str, list[TestRun]] | None = None
 
     def _reset(self, seed: int) -> None:
         rng = random.Random(seed)
@@ -181,8 +182,38 @@ class DeepCoderEnv(SingleAnswerEnv):
             # runs every one); not running it again keeps the planner's demonstrations cheap.
             self.feedback = None
             return 1.0, True, True, None
+        pregraded, self._pregraded = self._pregraded, None
+        if pregraded is not None and pregraded[0] is problem and pregraded[1] == program:
+            return self.score(pregraded[2])
         runs = self.sandbox.run(program, [i for i, _ in problem.tests], problem.call, stop_early=not self.partial_credit)
         return self.score(runs)
+
+    def _job(self, text: str) -> tuple[str, list[str], str | None] | None:
+        """The sandbox job ``judge(text)`` would run, or None when it runs none."""
+        problem = self._require_problem()
+        code = extract_code(text)
+        if not code or len(code) > MAX_CODE_CHARS or (problem.source == "generated" and code == problem.reference):
+            return None
+        program, _ = compilable(code)
+        return None if program is None else (program, [i for i, _ in problem.tests], problem.call)
+
+    @staticmethod
+    def pregrade(batch: list[DeepCoderEnv], answers: list[str]) -> None:
+        """Grade a batch's answers in parallel (the sandbox's ``workers`` at a time), so that each env's
+        next ``step`` with the same answer uses the result instead of running the program itself: a
+        rollout that calls this before stepping its batch one by one waits for the slowest worker
+        rather than for the sum."""
+        jobs = [(env, env._job(text)) for env, text in zip(batch, answers)]
+        by_sandbox: dict[tuple[int, bool], list[tuple[DeepCoderEnv, tuple[str, list[str], str | None]]]] = {}
+        for env, job in jobs:
+            if job is not None:
+                by_sandbox.setdefault((id(env.sandbox), env.partial_credit), []).append((env, job))
+        for group in by_sandbox.values():
+            sandbox = group[0][0].sandbox
+            stop_early = not group[0][0].partial_credit
+            results = sandbox.run_many([job for _, job in group], stop_early=stop_early)
+            for (env, job), runs in zip(group, results):
+                env._pregraded = (env._require_problem(), job[0], runs)
 
     def score(self, runs: list[TestRun]) -> tuple[float, bool, bool, str | None]:
         """(reward, valid, success, reason) of a program's runs on this problem's tests, compared here."""
