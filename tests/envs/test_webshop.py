@@ -309,3 +309,17 @@ def test_pages_fit_the_tiny_policy():
     unseen.reset(123_456)
     unseen.step(unseen.plan()[0])
     assert tok.convert_tokens_to_ids(UNK) not in encode(tok, " ".join(p.asin for p in unseen._shown()))
+
+
+@pytest.mark.slow
+def test_one_training_iteration_logs_the_proxy_grounding_and_filter(make_cfg):
+    """The whole pipeline on WebShop with a filter (an 8-step warm start writes no valid reasoning yet, so
+    the MI proxy and grounding have nothing to score here; a real warm start's run logs them)."""
+    from agentcollapse.run import train as run_training
+
+    cfg = make_cfg("env=webshop", "filter=rv_top_p", "trainer.max_steps=1", "trainer.val_every=1", "trainer.val_episodes=2")
+    summary = run_training(cfg)
+    assert summary["status"] == "finished", summary.get("reason")
+    final = summary["final"]
+    for key in ("rollout/success_rate", "val/success_rate", "perf/step_time_s", "collapse/valid_thinking_rate", "filter/kept_ratio"):
+        assert key in final, key
