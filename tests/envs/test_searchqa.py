@@ -185,6 +185,16 @@ def test_every_word_of_a_held_out_episode_is_in_a_vocabulary_built_from_the_env(
             obs = generated.step(answer)[0]
 
 
+def test_a_deep_copy_shares_the_index_but_not_the_episode(generated):
+    import copy
+
+    generated.reset(3)
+    clone = copy.deepcopy(generated)
+    assert clone.index is generated.index and clone.passages is generated.passages
+    clone.step(f"search[{clone.question.hops[0].query}]")
+    assert clone.shown and not generated.shown and generated.turn == 0
+
+
 def test_registered_and_built_from_config(data_dir):
     assert "searchqa" in envs.available()
     env = envs.from_config(EnvConfig(name="searchqa", data_path=str(data_dir)))

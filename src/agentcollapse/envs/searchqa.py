@@ -25,6 +25,7 @@ agent has been shown this episode.
 
 from __future__ import annotations
 
+import copy
 import functools
 import random
 import re
@@ -120,6 +121,12 @@ class SearchQAEnv(TextEnv):
         self.results: list[int] = []  # the last search's passages
         self.last_query: str | None = None
         self._reason: str | None = None
+
+    def __deepcopy__(self, memo: dict) -> SearchQAEnv:
+        """A copy of the episode's state that shares the corpus and its index (read-only, and built once)."""
+        clone = copy.copy(self)
+        clone.shown, clone.results = list(self.shown), list(self.results)
+        return clone
 
     # -- episode --------------------------------------------------------------------------
     def _reset(self, seed: int) -> None:
