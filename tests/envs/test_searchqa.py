@@ -208,6 +208,8 @@ def test_registered_and_built_from_config(data_dir):
         ({"top_k": 0}, "top_k=0"),
         ({"kinds": ["trivia"]}, "kinds="),
         ({"num_passages": 5}, "num_passages=5"),
+        ({"b": 2.0}, "b=2.0"),
+        ({"kinds": "trivia"}, r"kinds=\['trivia'\]"),
     ],
 )
 def test_bad_settings_fail_in_one_line(kwargs, message):

@@ -102,11 +102,13 @@ class SearchQAEnv(TextEnv):
         super().__init__()
         if top_k < 1 or max_turns < 1 or max_passage_words < 1:
             raise UserError(f"env.kwargs top_k={top_k}, max_turns={max_turns} and max_passage_words={max_passage_words} must be >= 1")
-        kinds = tuple(kinds)
+        kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
         if not kinds or any(k not in KINDS for k in kinds):
             raise UserError(f"env.kwargs kinds={list(kinds)} must be a non-empty list of {', '.join(KINDS)}")
         if num_passages < 40:
             raise UserError(f"env.kwargs num_passages={num_passages} must be >= 40")
+        if k1 < 0 or not 0 <= b <= 1:
+            raise UserError(f"env.kwargs k1={k1} must be >= 0 and b={b} in [0, 1] (BM25)")
         self.top_k, self.max_turns, self.max_actions = int(top_k), int(max_turns), int(max_turns)
         self.max_passage_words, self.kinds = int(max_passage_words), kinds
         self.world: World | None = None
