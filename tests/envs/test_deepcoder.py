@@ -66,6 +66,20 @@ def test_wrong_program_scores_zero_and_partial_credit_is_optional():
     assert reward == pytest.approx(2 / 3) and not info["success"]
 
 
+def test_a_wrong_output_stops_the_remaining_tests():
+    import time
+
+    env = _sum_env()
+    program = "import time\na, b = map(int, input().split())\nif a == 0:\n    time.sleep(10)\nprint(a + b if a != 5 else 0)"
+    started = time.monotonic()
+    _, reward, _, info = env.step(program)
+    assert reward == 0.0 and [r.status for r in env.last_runs] == ["ok", "ok", "skipped"]
+    assert time.monotonic() - started < 3 and "1 of 3" in info["reason"]
+    partial = _sum_env(partial_credit=True, wall_seconds=1.0)
+    _, reward, _, _ = partial.step(program)  # partial credit runs them all
+    assert reward == pytest.approx(1 / 3) and [r.status for r in partial.last_runs] == ["ok", "ok", "timeout"]
+
+
 def test_multi_turn_shows_the_first_failing_example_and_retries():
     env = _sum_env(max_turns=2)
     obs, reward, done, _ = env.step("print(4)")

@@ -40,7 +40,7 @@ from agentcollapse.envs.deepcoder_problems import (
     reference_program,
     tasks_for,
 )
-from agentcollapse.envs.sandbox import MODES, OK, Limits, Sandbox, SandboxUnavailable, TestRun, outputs_match
+from agentcollapse.envs.sandbox import MODES, OK, Check, Limits, Sandbox, SandboxUnavailable, TestRun, outputs_match
 from agentcollapse.errors import UserError
 
 MAX_CODE_CHARS = 20_000
@@ -185,8 +185,15 @@ class DeepCoderEnv(SingleAnswerEnv):
         pregraded, self._pregraded = self._pregraded, None
         if pregraded is not None and pregraded[0] is problem and pregraded[1] == program:
             return self.score(pregraded[2])
-        runs = self.sandbox.run(program, [i for i, _ in problem.tests], problem.call, stop_early=not self.partial_credit)
+        runs = self.sandbox.run(program, [i for i, _ in problem.tests], problem.call, not self.partial_credit, self._check())
         return self.score(runs)
+
+    def _check(self) -> Check:
+        """Whether test i's run printed its expected output: called in this process as results arrive,
+        so all-or-nothing grading stops a wrong program at its first wrong output."""
+        problem = self._require_problem()
+        call = problem.call is not None
+        return lambda i, run: outputs_match(run.stdout, problem.tests[i][1], call)
 
     def _job(self, text: str) -> tuple[str, list[str], str | None] | None:
         """The sandbox job ``judge(text)`` would run, or None when it runs none."""
@@ -211,7 +218,7 @@ class DeepCoderEnv(SingleAnswerEnv):
         for group in by_sandbox.values():
             sandbox = group[0][0].sandbox
             stop_early = not group[0][0].partial_credit
-            results = sandbox.run_many([job for _, job in group], stop_early=stop_early)
+            results = sandbox.run_many([job for _, job in group], stop_early, [env._check() for env, _ in group])
             for (env, job), runs in zip(group, results):
                 env._pregraded = (env._require_problem(), job[0], runs)
 

@@ -46,7 +46,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -59,6 +59,10 @@ STARTED: collections.deque[int] = collections.deque(maxlen=100_000)
 """Pids of the runners this process started (each is its process group; as root its candidates' uid is
 ``_UID_BASE`` + it): what a check for leftover processes looks for."""
 SANDBOX_ERROR = "sandbox_error"  # no result came back (the statuses a run reports are in the child's part below)
+
+
+Check = Callable[[int, "TestRun"], bool]
+"""``check(i, run)``: whether test i's output is the expected one (the grader's comparison)."""
 
 
 class SandboxUnavailable(RuntimeError):
@@ -162,11 +166,14 @@ class Sandbox:
                 log.warning("sandbox: running without %s on this machine (env.kwargs.sandbox=strict refuses to)", ", ".join(missing))
 
     # -- running ------------------------------------------------------------------------------
-    def run(self, code: str, inputs: Sequence[str], call: str | None = None, stop_early: bool = False) -> list[TestRun]:
+    def run(
+        self, code: str, inputs: Sequence[str], call: str | None = None, stop_early: bool = False, check: Check | None = None
+    ) -> list[TestRun]:
         """Run ``code`` once per input. ``call=None``: the input is stdin, the output is stdout.
         ``call="f"``: each input is a JSON list of arguments and the output is ``json.dumps(f(*args))``.
-        ``stop_early``: after a run that failed whatever its output (error, timeout, output limit),
-        the remaining inputs are ``skipped`` (all-or-nothing grading needs no more)."""
+        ``stop_early``: after a run that failed whatever its output (error, timeout, output limit), or
+        that ``check(i, run)`` (called here, in the grader, as each result arrives) rejects, the
+        remaining inputs are ``skipped``: all-or-nothing grading needs no more."""
         inputs = list(inputs)
         if not inputs:
             return []
@@ -183,7 +190,8 @@ class Sandbox:
         started = time.monotonic()
         # Every test may use its whole wall-clock budget; plus the start of the runner.
         deadline = started + len(inputs) * (lim.wall_seconds + 0.5) + 5.0
-        cap = len(inputs) * (6 * lim.output_bytes + 8 * 4096) + 65536
+        cap = len(inputs) * (lim.output_bytes + 8 * 4096) + 65536
+        records = _Records(self, len(inputs), check if stop_early else None)
         host_dir = tempfile.mkdtemp(prefix="agentcollapse-sandbox-")
         try:
             proc = subprocess.Popen(
@@ -198,52 +206,28 @@ class Sandbox:
             )
             STARTED.append(proc.pid)
             try:
-                raw = _communicate(proc, marshal.dumps(request), cap, deadline)
+                _communicate(proc, marshal.dumps(request), cap, deadline, records.feed)
             finally:
                 _kill_group(proc)
         finally:
             _remove_tree(host_dir)
-        return self._parse(raw, len(inputs), time.monotonic() - started)
+        per_test = (time.monotonic() - started) / len(inputs)
+        missing = TestRun(SKIPPED, "", "not run: an earlier test failed") if records.rejected else None
+        return [
+            r if r is not None else missing or TestRun(SANDBOX_ERROR, "", "no result (killed or timed out)", per_test)
+            for r in records.results
+        ]
 
-    def _parse(self, raw: bytes, n: int, seconds: float) -> list[TestRun]:
-        results: list[TestRun | None] = [None] * n
-        pos = 0
-        while pos < len(raw):
-            end = raw.find(b"\n", pos)
-            if end < 0:
-                break
-            head = raw[pos:end].decode("utf-8", "replace")
-            pos = end + 1
-            kind, _, rest = head.partition(" ")
-            if kind == "L":
-                self._note_layers({k: v == "1" for k, _, v in (item.partition("=") for item in rest.split())})
-            elif kind == "F":
-                unavailable, _, message = rest.partition(" ")
-                if self.mode == "strict" and unavailable == "1":
-                    raise SandboxUnavailable(f"sandbox: {message} (env.kwargs.sandbox=best_effort runs without it)")
-                log.warning("sandbox: %s", message)
-            elif kind == "T":
-                try:
-                    i, status, secs, n_out, n_err = rest.split()
-                    k, a, b = int(i), int(n_out), int(n_err)
-                except ValueError:
-                    break
-                out, err = raw[pos : pos + a], raw[pos + a : pos + a + b]
-                pos += a + b
-                if 0 <= k < n:
-                    results[k] = TestRun(status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"), float(secs))
-            else:
-                break
-        per_test = seconds / max(1, n)
-        return [r if r is not None else TestRun(SANDBOX_ERROR, "", "no result (killed or timed out)", per_test) for r in results]
-
-    def run_many(self, jobs: Sequence[tuple[str, Sequence[str], str | None]], stop_early: bool = False) -> list[list[TestRun]]:
-        """``run`` for each (code, inputs, call), ``workers`` at a time (threads waiting on processes)."""
+    def run_many(
+        self, jobs: Sequence[tuple[str, Sequence[str], str | None]], stop_early: bool = False, checks: Sequence[Check | None] | None = None
+    ) -> list[list[TestRun]]:
+        """``run`` for each (code, inputs, call) (and its check), ``workers`` at a time (threads waiting on processes)."""
+        checks = list(checks) if checks is not None else [None] * len(jobs)
         if self.workers == 1 or len(jobs) <= 1:
-            return [self.run(code, inputs, call, stop_early) for code, inputs, call in jobs]
+            return [self.run(code, inputs, call, stop_early, check) for (code, inputs, call), check in zip(jobs, checks)]
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sandbox")
-        futures = [self._pool.submit(self.run, code, inputs, call, stop_early) for code, inputs, call in jobs]
+        futures = [self._pool.submit(self.run, code, inputs, call, stop_early, check) for (code, inputs, call), check in zip(jobs, checks)]
         return [f.result() for f in futures]
 
     def close(self) -> None:
@@ -252,8 +236,56 @@ class Sandbox:
             self._pool = None
 
 
-def _communicate(proc: subprocess.Popen, request: bytes, cap: int, deadline: float) -> bytes:
-    """Send the request, read at most ``cap`` bytes of the runner's stdout until EOF or ``deadline``."""
+class _Records:
+    """The runner's answer, parsed as it arrives: ``L`` layers, ``F`` fatal, ``T`` one test's result
+    (a header line, then its stdout and stderr bytes)."""
+
+    def __init__(self, sandbox: Sandbox, n: int, check: Check | None) -> None:
+        self.sandbox, self.check = sandbox, check
+        self.results: list[TestRun | None] = [None] * n
+        self.buf = bytearray()
+        self.rejected = False
+
+    def feed(self, chunk: bytes) -> bool:
+        """Take more output; True when reading can stop (a result the check rejects, or garbage)."""
+        self.buf += chunk
+        while True:
+            end = self.buf.find(b"\n")
+            if end < 0:
+                return False
+            kind, _, rest = bytes(self.buf[:end]).decode("utf-8", "replace").partition(" ")
+            if kind == "T":
+                try:
+                    i, status, secs, n_out, n_err = rest.split()
+                    k, a, b = int(i), int(n_out), int(n_err)
+                except ValueError:
+                    return True
+                if len(self.buf) < end + 1 + a + b:
+                    return False  # the payload is still coming
+                body = bytes(self.buf[end + 1 : end + 1 + a + b])
+                del self.buf[: end + 1 + a + b]
+                if not 0 <= k < len(self.results):
+                    return True
+                run = TestRun(status, body[:a].decode("utf-8", "replace"), body[a:].decode("utf-8", "replace"), float(secs))
+                self.results[k] = run
+                if self.check is not None and status != SKIPPED and not (status == OK and self.check(k, run)):
+                    self.rejected = True
+                    return True
+                continue
+            del self.buf[: end + 1]
+            if kind == "L":
+                self.sandbox._note_layers({k: v == "1" for k, _, v in (item.partition("=") for item in rest.split())})
+            elif kind == "F":
+                unavailable, _, message = rest.partition(" ")
+                if self.sandbox.mode == "strict" and unavailable == "1":
+                    raise SandboxUnavailable(f"sandbox: {message} (env.kwargs.sandbox=best_effort runs without it)")
+                log.warning("sandbox: %s", message)
+            else:
+                return True
+
+
+def _communicate(proc: subprocess.Popen, request: bytes, cap: int, deadline: float, feed: Callable[[bytes], bool]) -> None:
+    """Send the request; pass the runner's stdout to ``feed`` until EOF, ``deadline``, ``cap`` bytes or ``feed`` says stop."""
     import selectors
 
     assert proc.stdin is not None and proc.stdout is not None
@@ -262,7 +294,6 @@ def _communicate(proc: subprocess.Popen, request: bytes, cap: int, deadline: flo
         proc.stdin.close()
     except OSError:  # the runner died at once; its (missing) output says so
         pass
-    chunks: list[bytes] = []
     total = 0
     fd = proc.stdout.fileno()
     with selectors.DefaultSelector() as sel:
@@ -270,13 +301,13 @@ def _communicate(proc: subprocess.Popen, request: bytes, cap: int, deadline: flo
         while total <= cap:
             left = deadline - time.monotonic()
             if left <= 0 or not sel.select(timeout=left):
-                break
+                return
             chunk = os.read(fd, 65536)
             if not chunk:
-                break
-            chunks.append(chunk)
+                return
             total += len(chunk)
-    return b"".join(chunks)[:cap]
+            if feed(chunk[: max(0, cap - total + len(chunk))]):
+                return
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
