@@ -222,10 +222,23 @@ class RolloutConfig:
         "hf", help="decoding engine: hf (transformers generate; the tiny policy's) | vllm (vLLM in this process, weights synced each step)"
     )
     vllm: VLLMConfig = opt(factory=VLLMConfig, help="the vLLM engine's settings (rollout.engine=vllm)")
+    context: str = opt(
+        "full",
+        help="what each turn's context shows: full (every past turn; one training sequence per trajectory) | window (the last rollout.context_turns past turns; re-rendered once where the window moves, which starts a new training sequence) | single_turn (the system prompt and the current user message only; one sequence per turn)",
+    )
+    context_turns: int = opt(0, help="rollout.context=window: how many past turns (observation and response) each context shows (>= 1)")
 
     def validate(self) -> None:
         for key in ("num_prompts", "group_size", "max_new_tokens", "generation_batch_size"):
             _at_least(f"rollout.{key}", getattr(self, key), 1)
+        _one_of("rollout.context", self.context, ("full", "window", "single_turn"))
+        if self.context == "window" and (
+            isinstance(self.context_turns, bool) or not isinstance(self.context_turns, int) or self.context_turns < 1
+        ):
+            raise UserError(
+                f"rollout.context=window needs rollout.context_turns=k >= 1 past turns (got {self.context_turns}); no past turn is rollout.context=single_turn"
+            )
+        _at_least("rollout.context_turns", self.context_turns, 0)
         _finite("rollout.temperature", self.temperature)
         self.vllm.validate()
 

@@ -31,6 +31,10 @@ def validate(cfg: RunConfig) -> None:
         raise UserError(
             f"algorithm={cfg.algorithm.name} normalises rewards within a group: set rollout.group_size>=2 (got {cfg.rollout.group_size})"
         )
+    if cfg.rollout.context != "full" and algo.use_critic:
+        raise UserError(
+            f"rollout.context={cfg.rollout.context} splits a trajectory into several training sequences, which GAE (algorithm={cfg.algorithm.name}) would end as terminal: use rollout.context=full or a critic-free algorithm (grpo, dr_grpo, dapo)"
+        )
     _check_filter(cfg.filter, group_size=cfg.rollout.group_size)  # some scores need >= 2 rollouts per prompt
     _check_diagnostics(cfg.diagnostics)
     _one_of("algorithm.rollout_correction", cfg.algorithm.rollout_correction, ROLLOUT_CORRECTIONS)

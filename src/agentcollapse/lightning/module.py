@@ -171,6 +171,8 @@ class AgentRLModule(L.LightningModule):
             generation_batch_size=self.cfg.rollout.generation_batch_size,
             stream_offset=start * group_size,
             engine=self.rollout_engine(),
+            context=self.cfg.rollout.context,
+            context_turns=self.cfg.rollout.context_turns,
         )
         if size == 1:
             return local, perf

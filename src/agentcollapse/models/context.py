@@ -9,13 +9,21 @@ the previous context's ids + the response ids the policy sampled + the encoded t
 after an assistant turn (end of turn, the next user message, the generation prompt, ``<think>``). A BPE
 tokenizer would encode a response's text differently inside a re-rendered context; this way every
 trajectory is one sequence whose tokens are exactly the sampled ones, and its KV cache a prefix.
+
+Context modes (``rollout.context``, :func:`history_start`): ``full`` shows every past turn (the above);
+``window`` the last k past turns, ``single_turn`` none. A context that shows the same past turns as the
+previous one plus the turn just played is extended token in, token out; one whose first shown turn moved
+(a window start) is re-rendered once from text (:func:`segment_context_ids`) and begins a new segment,
+which becomes its own training sequence (``rollout.sequences``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 THINK_OPEN = "<think>"
+CONTEXT_MODES = ("full", "window", "single_turn")
 
 
 def first_user_message(observation: str) -> str:
@@ -78,3 +86,50 @@ def next_context_ids(tokenizer: Any, context_ids: list[int], response_ids: list[
 
 def encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def history_start(turn: int, mode: str, turns: int = 0) -> int:
+    """The first past turn (0-based) the context of ``turn`` (0-based) shows: 0 under ``full``,
+    ``turn - turns`` (at least 0) under ``window`` (the last ``turns`` past turns), ``turn`` under
+    ``single_turn`` (no past turn: the current user message only)."""
+    if mode == "full":
+        return 0
+    if mode == "window":
+        if turns < 1:
+            raise ValueError(f"context=window needs turns >= 1 (got {turns})")
+        return max(0, turn - turns)
+    if mode == "single_turn":
+        return turn
+    raise ValueError(f"unknown context mode {mode!r}; valid: {', '.join(CONTEXT_MODES)}")
+
+
+def segment_context_ids(tokenizer: Any, system_prompt: str, past: Sequence[tuple[str, str]], user_content: str) -> list[int]:
+    """A context rendered from text and encoded once (a segment's start): the system prompt, each
+    ``(user message, response text)`` of ``past`` as a user and an assistant turn, then
+    ``user_content``. With no past turn and the first user message it is :func:`first_context_ids`."""
+    messages = [{"role": "system", "content": system_prompt}]
+    for user, response_text in past:
+        messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant_message(response_text)}]
+    messages.append({"role": "user", "content": user_content})
+    return encode(tokenizer, render_context(tokenizer, messages))
+
+
+def turn_context_ids(
+    tokenizer: Any,
+    mode: str,
+    turns: int,
+    system_prompt: str,
+    past: Sequence[tuple[str, str]],
+    context_ids: list[int],
+    response_ids: list[int],
+    user_content: str,
+) -> tuple[list[int], bool]:
+    """The context of the turn after ``past`` (every turn played so far as ``(user message, response
+    text)``; the last one read ``context_ids`` and sampled ``response_ids``) and whether it starts a new
+    segment. It extends ``context_ids`` token in, token out (:func:`next_context_ids`) where it shows the
+    same first past turn as that context did; otherwise it is rendered from the past turns it shows."""
+    turn = len(past)
+    start = history_start(turn, mode, turns)
+    if turn > 0 and start == history_start(turn - 1, mode, turns):
+        return next_context_ids(tokenizer, context_ids, response_ids, user_content), False
+    return segment_context_ids(tokenizer, system_prompt, past[start:], user_content), True

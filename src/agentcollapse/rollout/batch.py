@@ -24,6 +24,9 @@ class Turn:
     grounding: float | None = None  # share of true state claims in the reasoning (None: no claims)
     observation: str = ""  # the user message of this turn as the agent read it (copy detection)
     sample_logprobs: list[float] | None = None  # the vLLM engine's log-prob of each response token (hf: None)
+    # a later turn whose context was re-rendered from text at a window start (rollout.context=window |
+    # single_turn) rather than extended from the last one: it begins a new training sequence
+    window_start: bool = False
 
 
 @dataclass

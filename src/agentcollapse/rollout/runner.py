@@ -9,7 +9,7 @@ import torch
 
 from agentcollapse.envs import TextEnv
 from agentcollapse.envs.parsing import parse_response
-from agentcollapse.models.context import first_context_ids, next_context_ids, next_user_message
+from agentcollapse.models.context import first_context_ids, history_start, next_user_message, turn_context_ids
 from agentcollapse.models.hf import pad_token_id
 from agentcollapse.models.policy import Policy
 from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
@@ -29,6 +29,8 @@ def collect_rollouts(
     generation_batch_size: int = 256,
     stream_offset: int = 0,
     engine: VLLMEngine | None = None,
+    context: str = "full",
+    context_turns: int = 0,
 ) -> tuple[RolloutBatch, dict[str, float]]:
     """Roll out ``group_size`` trajectories per env seed; returns the batch and timing stats.
 
@@ -38,8 +40,14 @@ def collect_rollouts(
     tokens the whole batch would have drawn for them.
 
     With an ``engine`` (vLLM) every turn is decoded there, each turn of trajectory ``i`` with its own
-    seed derived from stream ``stream_offset + i``; the turns then carry the engine's log-probs."""
+    seed derived from stream ``stream_offset + i``; the turns then carry the engine's log-probs.
+
+    ``context`` (``full`` | ``window`` | ``single_turn``, with ``context_turns`` past turns for the
+    window) sets which past turns each context shows (``models.context.turn_context_ids``); a turn
+    whose context was re-rendered at a window start is marked ``window_start``."""
     started = time.perf_counter()
+    mode = context  # ``context`` names each trajectory's context ids below
+    history_start(0, mode, context_turns)  # an unknown mode or a window without turns: ValueError
     per_seed = [float(temperature)] * len(env_seeds) if isinstance(temperature, (int, float)) else [float(t) for t in temperature]
     if len(per_seed) != len(env_seeds):
         raise ValueError(f"{len(per_seed)} temperatures for {len(env_seeds)} env seeds")
@@ -67,6 +75,7 @@ def collect_rollouts(
     # Per live trajectory: the tokens its cache covers (last context + response but its last token)
     # and that cache; the next context starts with those tokens, so only the rest is encoded.
     cached: dict[int, tuple[list[int], RowCache]] = {}
+    window_start: dict[int, bool] = {}  # live trajectory -> was its current context re-rendered
     try:
         while live:
             contexts = [context for _, _, context, _, _ in live]
@@ -120,12 +129,17 @@ def collect_rollouts(
                         grounding=grounding,
                         observation=user_content,
                         sample_logprobs=sample_logprobs,
+                        window_start=window_start.pop(index, False),
                     )
                 )
                 traj.success = bool(info["success"])
                 if not done:
                     user_next = next_user_message(env.turn + 1, reward, obs)
-                    still_live.append((index, env, next_context_ids(tok, context_ids, list(response_ids), user_next), user_next, gen))
+                    past = [(t.observation, t.response_text) for t in traj.turns]
+                    ids, window_start[index] = turn_context_ids(
+                        tok, mode, context_turns, env.system_prompt, past, context_ids, list(response_ids), user_next
+                    )
+                    still_live.append((index, env, ids, user_next, gen))
                     if cache is not None:
                         cached[index] = (context_ids + list(response_ids[:-1]), cache)
             live = still_live

@@ -1,8 +1,10 @@
 """Turn a rollout batch into padded training sequences with masks over the policy's own tokens.
 
-A trajectory is one sequence: its last context plus last response. Each turn's context extends the
-previous context and response token for token (``models.context``: token in, token out), so the
-sequence holds exactly the tokens the policy read and sampled.
+A trajectory is one sequence per context segment: the segment's last context plus last response. Within
+a segment each turn's context extends the previous context and response token for token
+(``models.context``: token in, token out), so the sequence holds exactly the tokens the policy read and
+sampled. Under ``rollout.context=full`` a trajectory is one segment; a turn whose context was re-rendered
+at a window start (``Turn.window_start``: ``window``, ``single_turn``) begins the next one.
 """
 
 from __future__ import annotations
@@ -26,15 +28,28 @@ class Sequences:
 
 
 def build_sequences(batch: RolloutBatch) -> Sequences:
-    """One sequence per trajectory (with at least one turn), in batch order."""
+    """One sequence per context segment of each trajectory (with at least one turn), in batch order;
+    only the trajectory's last one ``is_last``."""
     engine = all(t.sample_logprobs is not None for traj in batch.trajectories for t in traj.turns)
     out = Sequences([], [], [], [], [] if engine else None)
+
+    def flush(index: int, ids: list[int], mask: list[int], sampled: list[float], last: bool) -> None:
+        out.input_ids.append(ids)
+        out.loss_mask.append(mask)
+        if out.sample_logp is not None:
+            out.sample_logp.append(sampled)
+        out.traj_index.append(index)
+        out.is_last.append(last)
+
     for index, traj in enumerate(batch.trajectories):
         ids: list[int] = []
         mask: list[int] = []
         sampled: list[float] = []
         for k, turn in enumerate(traj.turns):
-            if turn.context_ids[: len(ids)] != ids:
+            if k and turn.window_start:  # a re-rendered context: the segment so far is one sequence
+                flush(index, ids, mask, sampled, False)
+                ids, mask, sampled = [], [], []
+            elif turn.context_ids[: len(ids)] != ids:
                 raise ValueError(
                     f"trajectory {index}: turn {k + 1}'s context does not extend the previous context and response; "
                     "build contexts with models.context.next_context_ids"
@@ -45,12 +60,7 @@ def build_sequences(batch: RolloutBatch) -> Sequences:
             if out.sample_logp is not None:
                 sampled = sampled + [0.0] * len(new_context) + list(turn.sample_logprobs or [])
         if ids:
-            out.input_ids.append(ids)
-            out.loss_mask.append(mask)
-            if out.sample_logp is not None:
-                out.sample_logp.append(sampled)
-            out.traj_index.append(index)
-            out.is_last.append(True)
+            flush(index, ids, mask, sampled, True)
     return out
 
 

@@ -47,6 +47,8 @@ def training_batch(policy: Any, cfg: RunConfig, iteration: int = 0, engine: Any 
         sample_seed=seeds.rollout_sample_seed(cfg.seed, iteration),
         generation_batch_size=cfg.rollout.generation_batch_size,
         engine=engine,
+        context=cfg.rollout.context,
+        context_turns=cfg.rollout.context_turns,
     )
 
 
