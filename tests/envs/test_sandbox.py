@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import socket
 import threading
 import time
@@ -301,3 +302,52 @@ def test_without_namespaces_strict_refuses_and_best_effort_says_so_once(caplog):
     warnings = [r.message for r in caplog.records if "running without" in r.message]
     assert len(warnings) == 1 and "net_namespace" in warnings[0]
     _assert_no_leftovers()
+
+
+_SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
+_AS_USER = """
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("sandbox_as_user", sys.argv[1])
+m = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = m
+spec.loader.exec_module(m)
+os.environ["FAKE_SECRET"] = "s3cret-as-user"
+sb = m.Sandbox("strict", m.Limits(cpu_seconds=1, wall_seconds=2))
+out = {"uid": os.getuid(), "layers": sb.probe()}
+fork = "import os, time\\nn = 0\\nfor _ in range(100):\\n    try:\\n        pid = os.fork()\\n    except OSError:\\n        break\\n"
+fork += "    if pid == 0:\\n        time.sleep(30)\\n        os._exit(0)\\n    n += 1\\nprint(n)"
+out["forks"] = sb.run(fork, [""])[0].stdout.strip()
+out["env"] = sb.run("import os; print(os.environ.get('FAKE_SECRET'))", [""])[0].stdout.strip()
+out["write"] = sb.run("open(%r, 'w').write('x')" % sys.argv[2], [""])[0].status
+out["escape"] = sb.run("import os\\nos.mkdir('x')\\nos.chroot('x')\\nprint('escaped')", [""])[0].stdout.strip()
+out["mount"] = sb.run("import ctypes\\nprint(ctypes.CDLL(None).mount(b'tmpfs', b'/work', b'tmpfs', 0, None))", [""])[0].stdout.strip()
+print(json.dumps(out))
+"""
+
+
+@needs_all_layers
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv") or _SYSTEM_PYTHON is None,
+    reason="needs root (to become nobody), setpriv and a system python3",
+)
+def test_as_an_ordinary_user_every_layer_holds():
+    """The same guarantees for an ordinary user (nobody here): user namespaces stand in for root."""
+    import subprocess
+    import tempfile
+
+    sandbox_file = str(Path(sandbox_module.__file__).resolve())
+    outside = Path(tempfile.mkdtemp(prefix="sandbox-as-user-"))
+    try:
+        outside.chmod(0o777)
+        target = outside / "pwned"
+        cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
+        proc = subprocess.run([*cmd, _SYSTEM_PYTHON, "-c", _AS_USER, sandbox_file, str(target)], capture_output=True, text=True, timeout=60)
+        if proc.returncode != 0 and ("Permission denied" in proc.stderr or "user namespace" in proc.stderr):
+            pytest.skip(f"nobody cannot run the sandbox here: {proc.stderr.strip().splitlines()[-1]}")
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out["uid"] == 65534 and all(out["layers"].values()), out
+        assert int(out["forks"]) < 8 and out["env"] == "None" and out["write"] == "error" and not target.exists()
+        assert out["escape"] == "" and out["mount"] == "-1"
+    finally:
+        shutil.rmtree(outside, ignore_errors=True)
