@@ -405,16 +405,22 @@ def _check(ret: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
+def _write_all(data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(1, view) :]
+
+
 def _emit_layers(layers: dict[str, bool]) -> None:
-    os.write(1, ("L " + " ".join(f"{k}={int(v)}" for k, v in layers.items()) + "\n").encode())
+    _write_all(("L " + " ".join(f"{k}={int(v)}" for k, v in layers.items()) + "\n").encode())
 
 
 def _emit_fatal(message: str, unavailable: bool) -> None:
-    os.write(1, f"F {int(unavailable)} {' '.join(message.split())}\n".encode())
+    _write_all(f"F {int(unavailable)} {' '.join(message.split())}\n".encode())
 
 
 def _emit_result(i: int, status: str, seconds: float, out: bytes, err: bytes) -> None:
-    os.write(1, f"T {i} {status} {seconds:.4f} {len(out)} {len(err)}\n".encode() + out + err)
+    _write_all(f"T {i} {status} {seconds:.4f} {len(out)} {len(err)}\n".encode() + out + err)
 
 
 def _mount(libc: Any, src: str | None, dst: str, fstype: str | None, flags: int, data: str | None = None) -> None:
@@ -512,7 +518,8 @@ def _child_main(host_dir: str) -> None:
     # The candidates' uid: a fresh one as root (RLIMIT_NPROC binds it, it owns nothing); an ordinary
     # user is unprivileged already (inside its user namespace, as uid 0 mapped to itself).
     run_uid = _UID_BASE + os.getpid() if root else None
-    layers["unprivileged"] = True
+    # Without a user namespace an ordinary user's candidate keeps all of the user's own access.
+    layers["unprivileged"] = root or namespaces
     pid = os.fork()
     if pid == 0:
         try:
@@ -584,7 +591,7 @@ def _run_one(libc: Any, code: str, call: str | None, text: str, limits: dict[str
     import select
 
     stdin = os.memfd_create("input")
-    os.write(stdin, text.encode())
+    os.write(stdin, text.encode("utf-8", "replace"))
     os.lseek(stdin, 0, os.SEEK_SET)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
