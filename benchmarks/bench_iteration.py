@@ -1,6 +1,6 @@
 """One RL iteration against the code before the performance work, and against this CPU's matmul limit.
 
-    python -m benchmarks.bench_iteration [--baseline COMMIT] [--repeats 2] [--steps 6] [--threads 1] [overrides ...]
+    python -m benchmarks.bench_iteration [--baseline COMMIT] [--repeats 2] [--steps 6] [--threads 1] [--clock wall|cpu] [overrides ...]
 
 Both versions train the same config through the CLI (``agentcollapse train``, FrozenLake, P=8 x G=8 by
 default, MI proxy at step 1 and every 5 steps, no validation), alternating baseline / current
@@ -12,7 +12,9 @@ model's own shapes (hidden 128 -> 128 / 384 / vocab, at the update's and decodin
 the achieved FLOP/s of each phase is reported against it.
 
 The last pair also times one held-out evaluation (step 0 and the end) in each version, kept apart from
-the iteration. Saves ``benchmarks/results/iteration.json`` (``benchmarks.bench_report`` folds it into
+the iteration. ``--clock cpu`` times every phase in the process's CPU seconds instead of the wall clock
+(``benchmarks/cpu_clock``): on a machine shared with other work the wall clock charges each version for
+the time it waited for a core, unevenly; on an idle machine the two agree. Saves ``benchmarks/results/iteration.json`` (``benchmarks.bench_report`` folds it into
 ``latest.json`` and ``latest.md``). Not a test: numbers go in issue notes.
 """
 
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from benchmarks.bench_report import iteration_lines
 from benchmarks.common import (
+    CLOCKS,
     PHASES,
     RESULTS,
     ROOT,
@@ -50,6 +53,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6, help="RL iterations per run (steps 2.. are averaged)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-validation", action="store_true", help="skip timing one held-out evaluation in the last pair")
+    ap.add_argument("--clock", choices=CLOCKS, default="wall", help="phase times on the wall clock, or in the process's CPU time")
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for both versions")
     args = ap.parse_args()
@@ -79,7 +83,7 @@ def main() -> None:
                 validate = rep == args.repeats - 1 and not args.no_validation
                 extra = [f"trainer.val_every={args.steps}"] if validate else []
                 run_dir = Path(tmp) / f"{name}-{rep}"
-                seconds, (every, peak) = timed(measured_train, src, [*overrides, *extra], run_dir, args.threads)
+                seconds, (every, peak) = timed(measured_train, src, [*overrides, *extra], run_dir, args.threads, args.clock)
                 rows = every[every["step"] >= 1]
                 results[name].append(phase_lists(rows))
                 peaks[name].append(peak)
@@ -140,6 +144,7 @@ def main() -> None:
         "baseline_commit": args.baseline,
         "repeats": args.repeats,
         "threads": args.threads,
+        "clock": args.clock,
         "phases": [*PHASES, *(["validation"] if "validation" in ratios else [])],
         "phases_s": summary,
         "ratio_current_over_baseline": ratios,

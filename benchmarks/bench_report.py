@@ -141,7 +141,7 @@ def iteration_lines(r: dict[str, Any]) -> list[str]:
     base, cur, ratio = r["phases_s"]["baseline"], r["phases_s"]["current"], r["ratio_current_over_baseline"]
     lines = [
         f"One RL iteration, current vs `{r['baseline_commit']}` (the code before the performance work), "
-        f"{r['repeats']} alternating pair(s), {r['threads']} thread(s): `{' '.join(r['config'])}`",
+        f"{r['repeats']} alternating pair(s), {r['threads']} thread(s), {r.get('clock', 'wall')} clock: `{' '.join(r['config'])}`",
         "",
         "| phase | before (s) | now (s) | now / before |",
         "|---|---|---|---|",
@@ -371,7 +371,7 @@ def pair_ratios(r: dict[str, Any]) -> list[float]:
 
 def iteration_record(r: dict[str, Any]) -> dict[str, Any]:
     """What the regression check keeps of an iteration result."""
-    keys = ("commit", "measured_at", "command", "config", "baseline_commit", "threads", "repeats")
+    keys = ("commit", "measured_at", "command", "config", "baseline_commit", "threads", "repeats", "clock")
     return {**{k: r.get(k) for k in keys}, "ratio": r["ratio_current_over_baseline"]["step"], "pair_ratios": pair_ratios(r)}
 
 
@@ -381,9 +381,11 @@ def iteration_regression(latest: dict[str, Any], best: dict[str, Any] | None) ->
     now = iteration_record(latest)
     if best is None:
         return {"verdict": "no best result yet", "now": now, "best": None}
-    same = all(now[k] == best.get(k) for k in ("config", "baseline_commit", "threads"))
+    same = all(now[k] == best.get(k) for k in ("config", "baseline_commit", "threads")) and (now["clock"] or "wall") == (
+        best.get("clock") or "wall"
+    )
     if not same:
-        return {"verdict": "not comparable (another config, baseline or thread count)", "now": now, "best": best}
+        return {"verdict": "not comparable (another config, baseline, thread count or clock)", "now": now, "best": best}
 
     def spread(pairs: list[float]) -> float:
         return (max(pairs) - min(pairs)) / min(pairs) if len(pairs) > 1 else 0.0

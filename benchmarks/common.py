@@ -186,26 +186,31 @@ def policy_dir(overrides: list[str]) -> Path:
     return Path(resolve_model_dir(cfg.model, cfg.env, cfg.cache_dir))
 
 
-def subprocess_env(src: Path, threads: int | None = None) -> dict[str, str]:
-    """The environment of a child process that runs the code under ``src``: no wandb, and ``threads``
-    OpenMP threads when given."""
-    env = {**os.environ, "PYTHONPATH": str(src), "WANDB_MODE": "disabled"}
+CLOCKS = ("wall", "cpu")
+CPU_CLOCK = Path(__file__).resolve().parent / "cpu_clock"  # its sitecustomize makes perf_counter read CPU time
+
+
+def subprocess_env(src: Path, threads: int | None = None, clock: str = "wall") -> dict[str, str]:
+    """The environment of a child process that runs the code under ``src``: no wandb, ``threads``
+    OpenMP threads when given, and (``clock="cpu"``) phase timers that read the process's CPU time."""
+    path = f"{CPU_CLOCK}{os.pathsep}{src}" if clock == "cpu" else str(src)
+    env = {**os.environ, "PYTHONPATH": path, "WANDB_MODE": "disabled"}
     if threads is not None:
         env["OMP_NUM_THREADS"] = str(threads)
     return env
 
 
-def measured_train(src: Path, overrides: list[str], run_dir: Path, threads: int) -> tuple[Any, float]:
+def measured_train(src: Path, overrides: list[str], run_dir: Path, threads: int, clock: str = "wall") -> tuple[Any, float]:
     """(every metrics.csv row by step, step 0's evaluation included; peak resident memory in MiB) of one
-    ``agentcollapse train`` of the code under ``src``. Output goes to ``<run_dir>.log``, a pipe nobody
-    reads could fill up and stall it."""
+    ``agentcollapse train`` of the code under ``src``, its perf/* times on ``clock`` (:data:`CLOCKS`).
+    Output goes to ``<run_dir>.log``, a pipe nobody reads could fill up and stall it."""
     import pandas as pd
 
     cmd = [sys.executable, "-m", "agentcollapse.cli.main", "train", *overrides, f"run_dir={run_dir}"]
     log = run_dir.parent / f"{run_dir.name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("w") as out:
-        proc = subprocess.Popen(cmd, env=subprocess_env(src, threads), stdout=out, stderr=subprocess.STDOUT, cwd=src.parent)
+        proc = subprocess.Popen(cmd, env=subprocess_env(src, threads, clock), stdout=out, stderr=subprocess.STDOUT, cwd=src.parent)
         _, status, usage = os.wait4(proc.pid, 0)  # this child's own rusage, not every child's maximum
     if os.waitstatus_to_exitcode(status) != 0:
         raise SystemExit(f"run failed ({src}):\n{log.read_text()[-3000:]}")

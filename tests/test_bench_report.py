@@ -123,6 +123,9 @@ def test_the_iteration_regression_check_compares_with_the_best_committed_ratio_b
     other = iteration_result([(18.0, 10.3)])
     other["threads"] = 2
     assert bench_report.iteration_regression(other, best)["verdict"].startswith("not comparable")
+    cpu = iteration_result([(18.0, 10.3)])
+    cpu["clock"] = "cpu"  # CPU seconds are not compared with a wall-clock best
+    assert bench_report.iteration_regression(cpu, best)["verdict"].startswith("not comparable")
 
     # make bench's report: a regression is a line in latest.md and a failing exit; a new best is written for committing
     (tmp_path / "iteration_best.json").write_text(json.dumps(best))
@@ -134,3 +137,17 @@ def test_the_iteration_regression_check_compares_with_the_best_committed_ratio_b
     (tmp_path / "iteration.json").write_text(json.dumps(iteration_result([(18.0, 8.5), (18.0, 8.6)], commit="faster")))
     bench_report.main()
     assert json.loads((tmp_path / "iteration_best.json").read_text())["commit"] == "faster"
+
+
+def test_the_cpu_clock_makes_a_childs_phase_timers_read_its_cpu_time(tmp_path):
+    import subprocess
+
+    from benchmarks.common import ROOT, subprocess_env
+
+    probe = "import time; t = time.perf_counter(); time.sleep(0.3); print(time.perf_counter is time.process_time, time.perf_counter() - t)"
+    for clock, same, slept in (("cpu", "True", False), ("wall", "False", True)):
+        out = subprocess.run(
+            [sys.executable, "-c", probe], env=subprocess_env(ROOT / "src", 1, clock), capture_output=True, text=True, check=True
+        )
+        is_cpu, elapsed = out.stdout.split()
+        assert is_cpu == same and (float(elapsed) >= 0.3) == slept, (clock, out.stdout)
