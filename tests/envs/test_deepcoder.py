@@ -236,6 +236,10 @@ def test_real_problem_files_load_and_grade(tmp_path):
         assert env.step("print(0)")[1] == 0.0
     seen = {env.reset(seed) for seed in range(40)}
     assert len(seen) == 4
+    again = envs.from_config(EnvConfig(name="deepcoder", data_path=str(path)))
+    assert again.problems is env.problems  # read once per process (a batch builds many envs)
+    _write(path, RECORDS[:1])
+    assert len(envs.from_config(EnvConfig(name="deepcoder", data_path=str(path))).problems) == 1  # a changed file is read again
     env.reset(0)
     env.problem = problems[0]
     with pytest.raises(UserError, match="no reference solution"):

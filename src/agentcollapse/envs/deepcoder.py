@@ -22,6 +22,8 @@ are compared here. Problems: the generated family (``deepcoder_problems.generate
 
 from __future__ import annotations
 
+import functools
+import os
 import random
 import re
 import threading
@@ -69,6 +71,20 @@ def compilable(code: str) -> tuple[str | None, str | None]:
         except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
             first_error = first_error or f"{type(exc).__name__}: {getattr(exc, 'msg', exc)}"
     return None, f"the program does not compile ({first_error})"
+
+
+def _problems_of(path: str) -> list[CodeProblem]:
+    """The file's problems, read once per process and version of the file (a batch builds many envs)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return load_problems(path)  # the loader says what is wrong
+    return _load_cached(os.path.realpath(path), stat.st_mtime_ns, stat.st_size)
+
+
+@functools.lru_cache(maxsize=4)
+def _load_cached(path: str, mtime_ns: int, size: int) -> list[CodeProblem]:
+    return load_problems(path)
 
 
 def shared_sandbox(mode: str, limits: Limits, workers: int) -> Sandbox:
@@ -137,7 +153,7 @@ class DeepCoderEnv(SingleAnswerEnv):
         self.difficulty, self.style, self.num_tests = int(difficulty), style, int(num_tests)
         self.max_turns = self.max_actions = int(max_turns)
         self.partial_credit = bool(partial_credit)
-        self.problems: list[CodeProblem] | None = load_problems(data_path) if data_path is not None else None
+        self.problems: list[CodeProblem] | None = _problems_of(data_path) if data_path is not None else None
         self.sandbox = shared_sandbox(sandbox, limits, int(workers))
         self.problem: CodeProblem | None = None
         self.feedback: str | None = None
