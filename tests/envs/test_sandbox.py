@@ -8,6 +8,7 @@ come from reading them.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -31,6 +32,7 @@ LIMITS = {"cpu_seconds": 1.0, "wall_seconds": 2.0, "memory_mb": 256, "output_byt
 SECRET = "zq-expected-7391-kx"  # the hidden expected output: no program can compute it
 
 
+@functools.cache
 def _layers() -> dict[str, bool]:
     return Sandbox("best_effort").probe()
 
