@@ -50,10 +50,10 @@ def main() -> None:
 
     import numpy as np
 
-    from agentcollapse.config.compose import compose
     from agentcollapse.diagnostics.collapse import collapse_metrics
     from agentcollapse.lightning import AgentRLModule, Selection
     from agentcollapse.rollout.sequences import build_sequences
+    from agentcollapse.run.checks import compose_run as compose
     from agentcollapse.run.jobs import config_and_policy
     from agentcollapse.run.trainer import attach_to_trainer
 

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from agentcollapse.analysis.stats import wilson_interval
-from agentcollapse.config.compose import compose as compose_config
+from agentcollapse.run.checks import compose_run as compose_config
 from benchmarks.common import RESULTS, csv_list, timed
 
 TEMPERATURES = {"val/success_rate_t1": "T=1.0", "val/success_rate": "T=0.5", "val/success_rate_greedy": "greedy"}

@@ -102,7 +102,7 @@ def model_overrides(name: str) -> list[str]:
 
 
 def base_config(overrides: list[str] | None = None) -> Any:
-    from agentcollapse.config.compose import compose
+    from agentcollapse.run.checks import compose_run as compose
 
     return compose(["env=countdown", *(overrides or [])])
 

@@ -179,8 +179,8 @@ def iteration_overrides(steps: int, threads: int) -> list[str]:
 
 def policy_dir(overrides: list[str]) -> Path:
     """The warm-started policy ``overrides`` train (built here first if missing, as ``make base-model`` does)."""
-    from agentcollapse.config.compose import compose
     from agentcollapse.models.policy import resolve_model_dir
+    from agentcollapse.run.checks import compose_run as compose
 
     cfg = compose(overrides)
     return Path(resolve_model_dir(cfg.model, cfg.env, cfg.cache_dir))

@@ -46,7 +46,7 @@ def cache_dir(tmp_path_factory, worker_id):
 
 @pytest.fixture()
 def make_cfg(cache_dir, tmp_path):
-    from agentcollapse.config.compose import compose as compose_config
+    from agentcollapse.run.checks import compose_run as compose_config
 
     def _make(*overrides: str):
         cfg = compose_config([*TINY_OVERRIDES, f"cache_dir={cache_dir}", *overrides])

@@ -1,6 +1,7 @@
 """The package's parts depend on each other in one direction (DEVELOPERS.md: cli -> run -> lightning ->
 {rollout, diagnostics, filtering, algorithms} -> {envs, models} -> config), with no import cycle between
-modules, inside one folder or across folders, and no private name borrowed across folders.
+modules, inside one folder or across folders, no loop between the folders themselves (config at the
+bottom floor: it imports nothing above it), and no private name borrowed across folders.
 
 Every import counts: lazy ones inside functions and ``if TYPE_CHECKING:`` ones too (a lazy import still
 runs, and an annotation-only one still ties the modules together). Importing ``agentcollapse.a.b`` from
@@ -15,23 +16,20 @@ import agentcollapse
 
 ROOT = Path(agentcollapse.__file__).parent
 # Higher imports lower. Parts on one layer may import each other, but never in a cycle. A part is a
-# folder (or a top-level module); a few modules of config/ sit above the registries they check.
+# folder (or a top-level module).
 LAYERS = {
     "cli": 7,
     "run": 6,
     "sweep": 6,
     "analysis": 6,
     "lightning": 5,
-    "config.compose": 4,  # composition into a checked run config
-    "config.validate": 4,  # names against the registries of the parts below
-    "config.resolve": 4,  # algorithm presets (algorithms.presets)
     "rollout": 3,
     "diagnostics": 3,
     "filtering": 3,
     "algorithms": 3,
     "envs": 2,
     "models": 2,
-    "config": 1,  # the schema and where conf/ is: pure data at the bottom
+    "config": 1,  # the schema, where conf/ is and composition from it: pure data at the bottom
     "records": 1,
     "registry": 1,
     "errors": 0,
@@ -149,10 +147,39 @@ def test_no_import_cycle_between_modules():
     assert not _cycles(edges), f"modules on an import cycle: {_cycles(edges)}"
 
 
+def _folder(module: str) -> str:
+    """The folder (or top-level module) of a package module: ``agentcollapse.config.compose`` -> ``config``."""
+    return module.split(".")[1]
+
+
+def _folder_edges(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """Folder -> the folders its modules import (lazy and TYPE_CHECKING imports included)."""
+    out: dict[str, set[str]] = {}
+    for src, targets in edges.items():
+        if src == "agentcollapse":
+            continue
+        out.setdefault(_folder(src), set()).update(_folder(t) for t in targets if t != "agentcollapse" and _folder(t) != _folder(src))
+    return out
+
+
+def test_no_import_loop_between_folders():
+    # no file-level cycle is not enough: config.validate -> envs and envs -> config (a TYPE_CHECKING
+    # import) made config and envs one tangle without any cycle between two files
+    loops = _cycles(_folder_edges(_graph()[0]))
+    where = {
+        tuple(loop): sorted(
+            f"{s} -> {d}" for s, ds in _graph()[0].items() for d in ds if {_folder(s), _folder(d)} <= set(loop) and _folder(s) != _folder(d)
+        )
+        for loop in loops
+    }
+    assert not loops, f"folders on an import loop, with the imports that make it: {where}"
+
+
 def test_the_config_layer_imports_nothing_above_it():
-    # models and envs import the config types; config.schema must not reach back up (a cycle even when lazy)
+    # envs, models, algorithms and diagnostics import the config types; no module of config/ may reach
+    # back up (a loop even when lazy or TYPE_CHECKING only): names are checked by run.checks
     edges, _ = _graph()
-    for module in ("agentcollapse.config", "agentcollapse.config.schema", "agentcollapse.config.conf_files"):
+    for module in (m for m in edges if m == "agentcollapse.config" or m.startswith("agentcollapse.config.")):
         assert all(LAYERS[_part(d)] <= LAYERS["config"] for d in edges[module]), (module, edges[module])
 
 
@@ -163,3 +190,21 @@ def test_no_private_helper_is_borrowed_across_parts():
 
 def test_the_cycle_finder_finds_a_lazy_cycle_inside_a_folder():
     assert _cycles({"a.pruning": {"a.study"}, "a.study": {"a.pruning"}, "a.x": set()}) == [["a.pruning", "a.study"]]
+
+
+def test_the_folder_graph_finds_a_loop_that_no_two_files_make():
+    # config.validate -> envs.base, envs -> config.schema: no file cycle, one folder loop
+    edges = {
+        "agentcollapse.config.validate": {"agentcollapse.envs.base"},
+        "agentcollapse.config.schema": set(),
+        "agentcollapse.envs": {"agentcollapse.config.schema"},
+        "agentcollapse.envs.base": set(),
+    }
+    assert not _cycles(edges)
+    assert _cycles(_folder_edges(edges)) == [["config", "envs"]]
+
+
+def test_lazy_and_type_checking_imports_are_edges():
+    edges, _ = _graph()
+    assert "agentcollapse.config" in edges["agentcollapse.envs"]  # only under ``if TYPE_CHECKING:``
+    assert "agentcollapse.run.lifecycle" in edges["agentcollapse.run"]  # inside the package's __getattr__

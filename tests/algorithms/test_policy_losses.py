@@ -20,7 +20,7 @@ from agentcollapse.algorithms import (
     sapo_policy_loss,
     with_overrides,
 )
-from agentcollapse.config.resolve import algorithm_preset
+from agentcollapse.algorithms.presets import algorithm_preset
 from agentcollapse.config.schema import AlgorithmConfig
 from agentcollapse.errors import UserError
 

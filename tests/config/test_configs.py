@@ -10,9 +10,10 @@ import typing
 import pytest
 
 from agentcollapse.config import RunConfig, field_help, group_options
-from agentcollapse.config.compose import compose, to_yaml
+from agentcollapse.config.compose import to_yaml
 from agentcollapse.config.conf_files import CONF_DIR
 from agentcollapse.errors import UserError
+from agentcollapse.run.checks import compose_run as compose
 
 GROUPS = ("env", "model", "algorithm", "filter", "callbacks", "trainer", "logger", "experiment")
 
@@ -140,7 +141,7 @@ def test_a_plain_install_ships_conf_and_composes_every_config(tmp_path):
     zipfile.ZipFile(wheel).extractall(site)  # the wheel's files as a non-editable install lays them out
     check = (  # PYTHONPATH comes before the editable install's src/ on sys.path
         "import agentcollapse; from pathlib import Path;"
-        "from agentcollapse.config import CONF_DIR, group_options; from agentcollapse.config.compose import compose;"
+        "from agentcollapse.config import CONF_DIR, group_options; from agentcollapse.run.checks import compose_run as compose;"
         "assert Path(CONF_DIR) == Path(agentcollapse.__file__).parent / 'conf', CONF_DIR;"
         "[compose([f'{g}={o}', 'cache_dir=/tmp/unused']) for g in ('env', 'algorithm', 'filter', 'trainer', 'callbacks') for o in group_options(g)];"
         "print('composed', CONF_DIR)"

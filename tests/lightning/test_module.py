@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from agentcollapse.config.resolve import algorithm_preset
+from agentcollapse.algorithms.presets import algorithm_preset
 from agentcollapse.errors import UserError
 from agentcollapse.lightning import AgentRLModule, Selection
 from tests.helpers import attach_to_trainer

@@ -94,7 +94,7 @@ def test_a_directory_without_weights_or_with_lfs_pointers_fails_before_loading(t
 
 
 def test_a_preset_with_no_path_says_to_download_elsewhere(cache_dir):
-    from agentcollapse.config.compose import compose
+    from agentcollapse.run.checks import compose_run as compose
 
     with pytest.raises(UserError, match="needs its weights in a local directory") as err:
         compose(["model=qwen2.5-3b", "model.path=null", f"cache_dir={cache_dir}"])

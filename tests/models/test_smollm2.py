@@ -37,8 +37,8 @@ def smollm2_path(converted):
 @pytest.fixture(scope="session")
 def smollm2_policy(smollm2_path, cache_dir):
     """The untuned SmolLM2 with a LoRA adapter, as `model=smollm2-135m model.warm_start.enabled=false` loads it."""
-    from agentcollapse.config.compose import compose
     from agentcollapse.models.policy import load_policy
+    from agentcollapse.run.checks import compose_run as compose
 
     cfg = compose(["model=smollm2-135m", "model.warm_start.enabled=false", f"cache_dir={cache_dir}"])
     return load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=0)
@@ -145,9 +145,9 @@ def test_multi_turn_contexts_keep_the_sampled_tokens(smollm2_policy):
 
 
 def test_warm_start_is_built_once_under_its_key(smollm2_path, cache_dir):
-    from agentcollapse.config.compose import compose
     from agentcollapse.models.policy import resolve_model_dir
     from agentcollapse.models.warm_start import warm_start_key
+    from agentcollapse.run.checks import compose_run as compose
 
     # the CLI test's warm start (tests/cli/test_smollm2_cli.py), so a session builds it once
     overrides = [
@@ -172,8 +172,8 @@ def _copy_model(src, dst):
 
 
 def test_a_model_without_chat_template_is_one_clear_line(smollm2_path, tmp_path, cache_dir):
-    from agentcollapse.config.compose import compose
     from agentcollapse.models.policy import resolve_model_dir
+    from agentcollapse.run.checks import compose_run as compose
 
     bare = _copy_model(smollm2_path, tmp_path / "bare")
     (bare / "chat_template.jinja").unlink()
@@ -186,8 +186,8 @@ def test_a_model_without_chat_template_is_one_clear_line(smollm2_path, tmp_path,
 
 
 def test_a_tokenizer_without_eos_is_one_clear_line(smollm2_path, tmp_path, cache_dir):
-    from agentcollapse.config.compose import compose
     from agentcollapse.models.policy import resolve_model_dir
+    from agentcollapse.run.checks import compose_run as compose
 
     no_eos = _copy_model(smollm2_path, tmp_path / "no-eos")
     config = json.loads((no_eos / "tokenizer_config.json").read_text())
@@ -200,8 +200,8 @@ def test_a_tokenizer_without_eos_is_one_clear_line(smollm2_path, tmp_path, cache
 
 
 def test_lora_targets_that_do_not_exist_are_one_clear_line(smollm2_path, cache_dir):
-    from agentcollapse.config.compose import compose
     from agentcollapse.models.policy import load_policy
+    from agentcollapse.run.checks import compose_run as compose
 
     cfg = compose(
         ["model=smollm2-135m", "model.warm_start.enabled=false", f"cache_dir={cache_dir}", "model.lora.target_modules=[q_proj,c_attn]"]

@@ -149,7 +149,7 @@ def test_full_is_one_token_in_token_out_sequence_per_trajectory_on_sokoban(tiny_
     ],
 )
 def test_bad_context_settings_are_one_line_errors(make_cfg, overrides, message):
-    from agentcollapse.config.validate import validate
+    from agentcollapse.run.checks import validate
 
     with pytest.raises(UserError, match=message) as info:
         validate(make_cfg(*overrides))
@@ -157,7 +157,7 @@ def test_bad_context_settings_are_one_line_errors(make_cfg, overrides, message):
 
 
 def test_context_settings_that_validate(make_cfg):
-    from agentcollapse.config.validate import validate
+    from agentcollapse.run.checks import validate
 
     for overrides in (["rollout.context=window", "rollout.context_turns=2"], ["rollout.context=single_turn"], []):
         validate(make_cfg(*overrides))

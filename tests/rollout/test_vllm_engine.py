@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from agentcollapse import envs
-from agentcollapse.config.compose import compose
 from agentcollapse.models.hf import base_model, folded_lora_weights
 from agentcollapse.models.policy import load_policy
 from agentcollapse.rollout.runner import collect_rollouts
 from agentcollapse.rollout.sequences import build_sequences, collate, gather_logprobs
 from agentcollapse.rollout.vllm_engine import EngineSettings, VLLMEngine
+from agentcollapse.run.checks import compose_run as compose
 
 # One xdist worker holds the module's engine (its process group is closed after the last test);
 # the engine runs on that worker's thread like any other test.

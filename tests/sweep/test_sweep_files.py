@@ -52,8 +52,8 @@ def test_the_default_grid():
 def test_every_sweep_file_composes_with_every_env(name, env, tmp_path):
     # The first and last trial of a grid (the fixed overrides alone for a search) make a valid run
     # config on every env; the slip study is FrozenLake's knob and is refused elsewhere, clearly.
-    from agentcollapse.config.compose import compose as compose_run
     from agentcollapse.errors import UserError
+    from agentcollapse.run.checks import compose_run
 
     cfg = _compose(name)
     space = parse_space(dict(cfg.hydra.sweeper.params), [])

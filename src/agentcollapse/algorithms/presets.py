@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import TYPE_CHECKING, Any
 
 from agentcollapse.algorithms.advantages import ADVANTAGE_ESTIMATORS
 from agentcollapse.algorithms.kl import KL_ESTIMATORS
 from agentcollapse.algorithms.losses import DEFAULT_POLICY_LOSS, LOSS_AGG_MODES, POLICY_LOSSES
+from agentcollapse.errors import UserError, one_of
 
-__all__ = ["PRESETS", "AlgorithmPreset", "advantage_kinds", "get_preset", "with_overrides"]
+if TYPE_CHECKING:
+    from agentcollapse.config import AlgorithmConfig
+
+__all__ = ["PRESETS", "AlgorithmPreset", "advantage_kinds", "algorithm_preset", "get_preset", "with_overrides"]
 
 TOKEN_LEVEL_ADVANTAGE = "gae"  # PPO's critic-based advantage; every other kind is a registered group estimator
 
@@ -141,3 +145,19 @@ def get_preset(name: str) -> AlgorithmPreset:
         return PRESETS[name]
     except KeyError:
         raise ValueError(f"unknown algorithm preset {name!r}; valid: {sorted(PRESETS)}") from None
+
+
+def algorithm_preset(cfg: AlgorithmConfig) -> AlgorithmPreset:
+    """The preset named by a run config's ``algorithm.name`` with every non-null field of that section laid
+    over it (and the chosen ``policy_loss``'s own defaults under them); a one-line :class:`UserError` for an
+    unknown preset or loss, or settings the preset rejects."""
+    if cfg.name not in PRESETS:
+        raise UserError(f"unknown algorithm {cfg.name!r}; valid algorithms: {', '.join(sorted(PRESETS))} (choose with algorithm=<name>)")
+    if cfg.policy_loss is not None and cfg.policy_loss not in POLICY_LOSSES:
+        one_of("algorithm.policy_loss", cfg.policy_loss, POLICY_LOSSES.names())
+    preset = PRESETS[cfg.name]
+    overrides = {f.name: getattr(cfg, f.name) for f in fields(preset) if f.name != "name" and getattr(cfg, f.name, None) is not None}
+    try:
+        return with_overrides(preset, **overrides)
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"bad algorithm settings: {exc}") from None

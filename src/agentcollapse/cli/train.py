@@ -1,8 +1,9 @@
 """``agentcollapse train [overrides]``: one run, or a Hydra multirun sweep with ``-m``.
 
-The CLI only parses, calls the layers below and prints errors: composing and checking the config is
-``agentcollapse.config``'s job, the run and its record ``agentcollapse.run``'s. A bad override, name or
-number fails in about a second with one line that names the fix, before anything is written.
+The CLI only parses, calls the layers below and prints errors: composing the config is
+``agentcollapse.config``'s job; checking its names, the run and its record ``agentcollapse.run``'s. A bad
+key, value or number fails in about a second with one line that names the fix (a bad name once the
+registries are imported), before anything is written; ``--help`` and ``--cfg job`` import no torch.
 """
 
 from __future__ import annotations
@@ -91,10 +92,12 @@ def preflight(argv: list[str]) -> list[str]:
     """
     if any(a.startswith("-") or a.lstrip("+~").startswith("hydra") for a in argv):
         return argv  # multirun, --cfg, other config dirs: Hydra's own handling
+    cfg = compose(argv)  # keys, types and numbers: the config layer's, in about a second (no torch yet)
     from agentcollapse.run import preflight as run_preflight
+    from agentcollapse.run.checks import check
 
     explicit = [a.split("=", 1)[1] for a in argv if a.startswith("run_dir=")]
-    run_preflight(compose(argv), claim_run_dir=bool(explicit))
+    run_preflight(check(cfg), claim_run_dir=bool(explicit))
     return [*argv, f"hydra.run.dir={explicit[-1]}"] if explicit else argv
 
 

@@ -1,9 +1,8 @@
-"""The config layer, at the bottom of the package: typed schemas with per-field help (``schema``) and
-where the config files are (``conf_files``). Importing it pulls in nothing else of the package.
-
-Above the registries sit composition from ``conf/`` into a checked run config (``config.compose``), the
-checks of names against the registries (``config.validate``) and preset resolution (``config.resolve``):
-import them by their module path.
+"""The config layer, at the bottom of the package: typed schemas with per-field help (``schema``), where
+the config files are (``conf_files``) and composition from ``conf/`` into a run config that follows the
+schema (``config.compose``, imported by its module path). Nothing in it imports the package above
+``errors`` and ``seeds``, nor torch: the checks of names against the registries of the parts above, and
+the algorithm preset's resolution, are the run layer's (``agentcollapse.run.checks``).
 """
 
 from agentcollapse.config.conf_files import CONF_DIR, group_options

@@ -1,10 +1,15 @@
 """Compose a run's config from ``conf/`` (``config.conf_files`` finds it in a checkout and in a wheel)
-and turn it into a checked, resolved :class:`RunConfig`.
+and turn it into a :class:`RunConfig` that follows the schema.
 
-:func:`load_run_config` is the one way from a Hydra ``DictConfig`` to a run config: unknown keys are
-errors (``+trainer.max_stepz=3`` would otherwise be dropped silently), every section validates itself,
-every name is checked against its registry (``config.validate``), and the algorithm preset is resolved. :func:`compose` does the same outside a Hydra app (benchmarks,
-tests, the CLI's preflight). Every failure is a one-line :class:`UserError` that names the fix.
+:func:`to_run_config` is the one way from a Hydra ``DictConfig`` to a run config: unknown keys are
+errors (``+trainer.max_stepz=3`` would otherwise be dropped silently) and every section checks its own
+numbers. :func:`compose` does the same outside a Hydra app. Every failure is a one-line
+:class:`UserError` that names the fix.
+
+Like the rest of ``agentcollapse.config`` this imports nothing of the package above it (nor torch): the
+names a config holds (env, model, algorithm, filter, sampler, ...) are defined by the parts above and
+checked by the run layer, which also resolves the algorithm preset (``agentcollapse.run.checks``:
+``compose_run`` is this plus those checks).
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from agentcollapse.config.conf_files import CONF_DIR, group_options
-from agentcollapse.config.resolve import resolve_presets
 from agentcollapse.config.schema import (
     AlgorithmConfig,
     DiagnosticsConfig,
@@ -29,10 +33,9 @@ from agentcollapse.config.schema import (
     RunConfig,
     TrainerConfig,
 )
-from agentcollapse.config.validate import validate
 from agentcollapse.errors import UserError
 
-__all__ = ["compose", "hydra_message", "load_run_config", "register_configs", "to_yaml"]
+__all__ = ["compose", "hydra_message", "register_configs", "to_run_config", "to_yaml"]
 
 SCHEMAS: dict[str, type] = {
     "env": EnvConfig,
@@ -57,7 +60,8 @@ def register_configs() -> None:
 
 
 def compose(overrides: list[str], config_dir: str | None = None, config_name: str = "config") -> RunConfig:
-    """The checked, resolved run config for ``overrides``, composed outside a Hydra app."""
+    """The run config for ``overrides``, composed outside a Hydra app: schema and numbers checked, names
+    not (``run.checks.compose_run`` checks them and resolves the algorithm preset)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
@@ -73,11 +77,11 @@ def compose(overrides: list[str], config_dir: str | None = None, config_name: st
         raise UserError(hydra_message(exc)) from None
     except OmegaConfBaseException as exc:
         raise UserError(f"invalid config: {str(exc).splitlines()[0]}") from None
-    return load_run_config(composed)
+    return to_run_config(composed)
 
 
-def load_run_config(cfg: DictConfig | RunConfig) -> RunConfig:
-    """A composed config as a validated :class:`RunConfig` with its presets resolved."""
+def to_run_config(cfg: DictConfig | RunConfig) -> RunConfig:
+    """A composed config as a :class:`RunConfig`: no unknown key, every section's numbers checked."""
     if not isinstance(cfg, RunConfig):
         unknown = _unknown_keys(cfg, RunConfig)
         if unknown:
@@ -89,8 +93,8 @@ def load_run_config(cfg: DictConfig | RunConfig) -> RunConfig:
         if not isinstance(obj, RunConfig):
             raise UserError("config does not follow the run schema (compose it from conf/config.yaml)")
         cfg = obj
-    validate(cfg)
-    return resolve_presets(cfg)
+    cfg.validate()
+    return cfg
 
 
 def to_yaml(cfg: RunConfig) -> str:

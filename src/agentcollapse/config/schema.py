@@ -5,12 +5,12 @@ Hydra validates every override against these dataclasses (a typo or a wrong type
 reads the same objects, so the YAML files under ``conf/`` only choose values. This module is pure data at
 the bottom of the package's layers: each section checks its own numbers in ``validate()`` (as TRL's
 ``__post_init__``), and it imports nothing of the package above ``errors`` and ``seeds``. Names (envs, filter scores and
-strategies, algorithms, estimators, samplers) are checked against the registries that define them in
-:mod:`agentcollapse.config.validate`; checks that touch the disk (a model directory, its chat template)
-run in the run layer's preflight.
+strategies, algorithms, estimators, samplers) are checked against the registries that define them by the
+run layer (:mod:`agentcollapse.run.checks`), as are the checks that touch the disk (a model directory, its
+chat template: the run's preflight).
 
 Algorithm fields left ``None`` in YAML mean "the preset's value" (``algorithms.presets``);
-:func:`agentcollapse.config.resolve.resolve_presets` fills them once, so a run's ``config.yaml`` says
+:func:`agentcollapse.run.checks.resolve_presets` fills them once, so a run's ``config.yaml`` says
 which coefficients it used.
 """
 
@@ -20,7 +20,7 @@ import math
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Optional
 
-from agentcollapse.errors import UserError
+from agentcollapse.errors import UserError, one_of
 from agentcollapse.seeds import MAX_RESAMPLE_ROUNDS
 
 __all__ = [
@@ -78,9 +78,7 @@ def _at_least(name: str, value: Any, minimum: int) -> None:
         raise UserError(f"{name}={value} must be an integer >= {minimum}")
 
 
-def _one_of(name: str, value: Any, valid: list[str] | tuple[str, ...], how: str = "") -> None:
-    if value not in valid:
-        raise UserError(f"unknown {name} {value!r}; valid: {', '.join(valid)}{f' ({how})' if how else ''}")
+_one_of = one_of  # the schema's own name for the check (errors.one_of owns its message)
 
 
 @dataclass
@@ -511,7 +509,7 @@ class RunConfig:
     cache_dir: str = opt("${oc.env:AGENTCOLLAPSE_CACHE,${oc.env:HOME}/.cache/agentcollapse}", help="where built base models are cached")
 
     def validate(self) -> None:
-        """Every section's own checks (names against the registries: ``config.validate``). Raises UserError."""
+        """Every section's own checks (names against the registries: ``run.checks``). Raises UserError."""
         if not 0 <= self.seed <= 2**32 - 1:
             raise UserError(f"seed={self.seed} must be in [0, 2**32 - 1]")
         for section in (

@@ -22,8 +22,8 @@ import torch
 import lightning as L
 from agentcollapse import envs, seeds
 from agentcollapse.algorithms import entropy_from_logits
+from agentcollapse.algorithms.presets import algorithm_preset
 from agentcollapse.config import RunConfig
-from agentcollapse.config.resolve import algorithm_preset
 from agentcollapse.errors import UserError
 from agentcollapse.filtering import groups_with_signal
 from agentcollapse.lightning import distributed, evaluation

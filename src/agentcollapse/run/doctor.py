@@ -28,14 +28,14 @@ def doctor(overrides: list[str] | None = None) -> int:
             results.append(_check(True, f"{name} {md.version(name)}"))
         except md.PackageNotFoundError:
             results.append(_check(False, f"{name} missing", "run `make venv` (installs the pinned set)"))
-    from agentcollapse.config.compose import compose as compose_config
+    from agentcollapse.run.checks import compose_run
 
     try:
-        cfg = compose_config(list(overrides or []))
+        cfg = compose_run(list(overrides or []))
     except Exception as exc:  # a bad override: say so and check the defaults instead (never crash the doctor)
         message = (str(exc).splitlines() or [type(exc).__name__])[0]
         results.append(_check(False, f"overrides {' '.join(overrides or [])} do not compose: {message}", "fix or drop them"))
-        cfg = compose_config([])
+        cfg = compose_run([])
     cache = Path(cfg.cache_dir).expanduser()
     try:
         cache.mkdir(parents=True, exist_ok=True)

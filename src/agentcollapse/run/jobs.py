@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from agentcollapse.config import RunConfig
-from agentcollapse.config.compose import compose
+from agentcollapse.run.checks import compose_run
 
 __all__ = ["config_and_policy", "held_out_rollout", "held_out_success", "rebuild_base_model", "rv_check", "training_batch"]
 
@@ -20,7 +20,7 @@ def config_and_policy(overrides: list[str], report: bool = True) -> tuple[RunCon
     from agentcollapse.run.quiet import silence_library_noise
 
     silence_library_noise()
-    cfg = compose(overrides)
+    cfg = compose_run(overrides)
     torch.set_num_threads(cfg.trainer.num_threads)
     started = time.perf_counter()
     policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
@@ -88,7 +88,7 @@ def rebuild_base_model(overrides: list[str]) -> tuple[Any, dict[str, Any]] | Non
     from agentcollapse.run.quiet import silence_library_noise
 
     silence_library_noise()
-    cfg = compose(overrides)
+    cfg = compose_run(overrides)
     if cfg.model.name != "tiny" or cfg.model.path:
         return None
     path = build_tiny_policy(cfg.model, cfg.env, cfg.cache_dir, force=True)

@@ -23,11 +23,12 @@ from typing import Any
 from omegaconf import DictConfig
 
 from agentcollapse.config import RunConfig
-from agentcollapse.config.compose import load_run_config, to_yaml
+from agentcollapse.config.compose import to_yaml
 from agentcollapse.errors import UserError
 from agentcollapse.models.policy import check_causal_lm_dir
 from agentcollapse.records import RunRecorder, read_summary
 from agentcollapse.run import trainer as run_trainer
+from agentcollapse.run.checks import load_run_config
 from agentcollapse.run.directory import check_writable_dir, checkpoint_iteration, last_checkpoint, prepare_run_dir
 
 __all__ = ["Interrupted", "preflight", "train"]

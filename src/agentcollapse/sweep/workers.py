@@ -69,8 +69,8 @@ def _check_sweep_file(name: str, config_dir: str) -> None:
 
 def _build_base_model(overrides: list[str]) -> None:
     """Build the tiny policy for these overrides once (cached), before workers would race to build it."""
-    from agentcollapse.config.compose import compose
     from agentcollapse.models.policy import load_policy
+    from agentcollapse.run.checks import compose_run
     from agentcollapse.run.quiet import silence_library_noise
 
     silence_library_noise()
@@ -79,7 +79,7 @@ def _build_base_model(overrides: list[str]) -> None:
         o for o in overrides if o.split("=", 1)[0].lstrip("+") in ("env", "cache_dir", "seed") or o.startswith(("model.", "model=", "env."))
     ]
     plain = [o for o in plain if "," not in o.split("=", 1)[-1]]  # a swept value is each trial's own
-    cfg = compose(plain)
+    cfg = compose_run(plain)
     if cfg.model.name == "tiny" and not cfg.model.path:
         load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=cfg.seed)
 
@@ -107,12 +107,12 @@ def gpu_sharing_warning(name: str, overrides: list[str], jobs: int, gpus: list[s
     workers then report it themselves)."""
     if jobs <= len(gpus) or not gpus:
         return None
-    from agentcollapse.config.compose import compose
     from agentcollapse.config.conf_files import CONF_DIR
+    from agentcollapse.run.checks import compose_run
 
     plain = [o for o in overrides if not o.lstrip("+~").startswith("hydra.") and not _swept(o.partition("=")[2])]
     try:
-        cfg = compose([*plain, f"hydra.searchpath=[file://{CONF_DIR}]"], config_dir=str(Path(config_dir).resolve()), config_name=name)
+        cfg = compose_run([*plain, f"hydra.searchpath=[file://{CONF_DIR}]"], config_dir=str(Path(config_dir).resolve()), config_name=name)
     except Exception:
         return None
     if cfg.rollout.engine != "vllm":
