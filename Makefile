@@ -23,7 +23,7 @@ VLLM := $(shell nvidia-smi -L >/dev/null 2>&1 && echo vllm==0.32.0 || echo vllm-
 quote = '$(subst ','\'',$(1))'
 run = $(or $(2),$(BIN)/python) -m agentcollapse.sweep.storage --mask $(call quote,$(1)); $(1)
 
-.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-proxy-smollm2 bench-experiment bench-scaling mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report bench-retrieval
+.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-proxy-smollm2 bench-experiment bench-scaling mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report bench-retrieval bench-cli
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
@@ -89,7 +89,11 @@ bench: $(STAMP) ## the quick benchmarks (~9 min on 2 cores), then benchmarks/res
 	@$(call run,$(BIN)/python -m benchmarks.bench_rollout --episodes 64 --slips 0 --repeats 2 env=frozenlake $(BENCH_SIZE))
 	@$(call run,$(BIN)/python -m benchmarks.bench_filter --repeats 2 $(BENCH_SIZE))
 	@$(call run,$(BIN)/python -m benchmarks.bench_proxy --repeats 2 $(BENCH_SIZE))
+	@$(call run,$(BIN)/python -m benchmarks.bench_cli --repeats 3)
 	@$(call run,$(BIN)/python -m benchmarks.bench_report)
+
+bench-cli: $(STAMP) ## how fast `train --help`, `--cfg job`, a bad key's error and doctor's first line answer, and what composing a config imports (~1 min)
+	@$(call run,$(BIN)/python -m benchmarks.bench_cli $(ARGS))
 
 bench-report: $(STAMP) ## fold every benchmark's newest saved result into benchmarks/results/latest.{json,md} (runs nothing)
 	$(BIN)/python -m benchmarks.bench_report

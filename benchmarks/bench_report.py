@@ -38,6 +38,7 @@ PARTS = {
     "dtype": "make bench-dtype",
     "engines": "make bench-engines",
     "experiment": "make bench-experiment",
+    "cli": "make bench-cli",
 }
 
 
@@ -338,6 +339,25 @@ def experiment_lines(r: dict[str, Any]) -> list[str]:
     ]
 
 
+def cli_lines(r: dict[str, Any]) -> list[str]:
+    names = {
+        "help": "`train --help`",
+        "cfg_job": "`train --cfg job`",
+        "bad_override": "a bad key's error",
+        "bad_name": "a bad name's error",
+        "doctor_first_line": "`doctor`'s first line",
+    }
+    lines = ["| command | wall (s) | peak (MiB) |", "|---|---|---|"]
+    lines += [f"| {label} | {r['now'][c]['median_s']:.2f} | {r['now'][c]['median_peak_mib']:.0f} |" for c, label in names.items()]
+    c = r["now"]["compose"]
+    heavy = ", ".join(c["heavy"]) or "no torch, transformers, peft or Lightning"
+    return [
+        *lines,
+        "",
+        f"Median of {r['repeats']} (1-min load {r['load_1min']:.1f}); composing the default config: {c['compose_s']:.2f} s, {heavy}.",
+    ]
+
+
 RENDER = {
     "iteration": ("Iteration: phases, tokens/s, roofline, peak memory", iteration_lines),
     "proxy": ("MI proxy: cached vs naive cross-scoring", proxy_lines),
@@ -351,6 +371,7 @@ RENDER = {
     "dtype": ("float32 vs bfloat16 weights (`make bench-dtype`)", dtype_lines),
     "engines": ("Rollout engines: transformers vs vLLM (`make bench-engines`)", engines_lines),
     "experiment": ("The SmolLM2 experiment's iteration: pilot vs pre-registered (`make bench-experiment`)", experiment_lines),
+    "cli": ("The command line's quick answers (`make bench-cli`)", cli_lines),
 }
 
 
