@@ -240,13 +240,19 @@ def test_generated_catalogue_is_deterministic_and_goals_are_satisfiable():
         assert goal.query in goal.instruction and f"{goal.price_upper:.2f} dollars" in goal.instruction
 
 
-def play_planner(env: WebShopEnv, seeds, suboptimal_prob=0.0):
+def play_planner(env: WebShopEnv, seeds, suboptimal_prob=0.0, spaced=False):
+    """The planner's episodes; ``spaced``: its text as the tiny policy's word-level tokenizer decodes it
+    (``click [ B3 - 417 ]``, ``$ 39 . 99``)."""
+    from agentcollapse.models.tokenizer import words
+
     rng = random.Random(0)
     successes, groundings = [], []
     for seed in seeds:
         env.reset(seed)
         while not env.done:
             think, answer = env.demonstration(rng, suboptimal_prob)
+            if spaced:
+                think, answer = " ".join(words(think)), " ".join(words(answer))
             g = env.grounding(think)
             if g is not None:
                 groundings.append(g)
@@ -262,6 +268,13 @@ def test_the_planner_solves_generated_instructions():
     success, groundings = play_planner(envs.make("webshop"), range(150))
     assert success >= 0.93
     assert groundings and min(groundings) == 1.0  # its reasoning names only true facts of the page
+
+
+def test_the_planner_succeeds_as_a_word_level_tokenizer_writes_it():
+    # a policy decodes "click[ B3-417 ]" as "click [ B3 - 417 ]": clicks match without spaces, claims are rejoined
+    assert play_planner(envs.make("webshop"), range(40), spaced=True) == play_planner(envs.make("webshop"), range(40))
+    success, groundings = play_planner(envs.make("webshop"), range(40), spaced=True)
+    assert success >= 0.9 and min(groundings) == 1.0
 
 
 def test_grounding_catches_false_claims():

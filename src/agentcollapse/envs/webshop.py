@@ -53,6 +53,18 @@ def _norm(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+def _key(text: str) -> str:
+    """What a click is matched on: lower case, all whitespace removed, so a word-level tokenizer's
+    decoded ``click [ B3 - 417 ]`` or ``navy | white`` names the same thing as the page's text."""
+    return "".join(text.lower().split())
+
+
+def _squash(text: str) -> str:
+    """Reasoning as a word-level tokenizer decodes it (``$ 39 . 99``, ``B3 - 417``) with numbers and ids rejoined."""
+    text = re.sub(r"(?<=\d) ?\. ?(?=\d)", ".", text)
+    return re.sub(r"(?<=[A-Za-z0-9]) ?- ?(?=\d)", "-", text)
+
+
 def _money(value: float) -> str:
     return f"{value:.2f}"
 
@@ -201,7 +213,8 @@ class WebShopEnv(TextEnv):
                 return f"empty search: {exc}"
             self.query, self.hits, self.page_number, self.page = _norm(arg), [i for i, _ in hits], 1, RESULTS
             return 0.0
-        target = self.clickables().get(_norm(arg))
+        wanted = _key(arg)
+        text, target = next(((t, v) for t, v in self.clickables().items() if _key(t) == wanted), ("", None))
         if target is None:
             return f"click[{_norm(arg)[:40]}] is not on this {self.page} page"
         if target == BACK:
@@ -216,7 +229,7 @@ class WebShopEnv(TextEnv):
             self.item, self.chosen, self.page = int(target[5:]), {}, ITEM
             self.visited.append(self.item)
         elif target.startswith("option:"):
-            self.chosen[target[7:]] = _norm(arg)
+            self.chosen[target[7:]] = text
         elif target == BUY:
             return self._buy()
         return 0.0
@@ -290,6 +303,7 @@ class WebShopEnv(TextEnv):
         on an item page ``<value> is offered`` / ``no <value> here`` are true of its options."""
         if self.goal is None:
             return None
+        think = _squash(think)
         shown = self._shown()
         ids = {_norm(p.asin) for p in shown}
         prices = {_money(p.price) for p in shown}
@@ -304,11 +318,14 @@ class WebShopEnv(TextEnv):
         for m in _CAP_CLAIM.finditer(think):
             claims.append(abs(float(m.group(1)) - self.goal.price_upper) < 1e-6)
         if self.page == ITEM and self.product is not None:
-            offered = {_norm(v) for values in self.product.options.values() for v in values}
-            # a two-word capture may have picked up a word before the value ("size 12")
-            said = [{_norm(v), _norm(v).split()[-1]} for v in _OFFERED_CLAIM.findall(think)]
-            claims += [bool(s & offered) for s in said]
-            claims += [not ({_norm(v), _norm(v).split()[-1]} & offered) for v in _MISSING_CLAIM.findall(think)]
+            offered = [_key(v) for values in self.product.options.values() for v in values]
+
+            def is_offered(said: str) -> bool:  # a two-word capture may hold a word before the value ("size 12")
+                whole, last = _key(said), _key(said.split()[-1])
+                return any(v in (whole, last) or v.endswith(whole) for v in offered)
+
+            claims += [is_offered(v) for v in _OFFERED_CLAIM.findall(think)]
+            claims += [not is_offered(v) for v in _MISSING_CLAIM.findall(think)]
         return sum(claims) / len(claims) if claims else None
 
     # -- planner --------------------------------------------------------------------------
