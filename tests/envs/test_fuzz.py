@@ -17,7 +17,7 @@ import pytest
 from agentcollapse.envs import make
 from agentcollapse.envs.parsing import ParsedResponse, parse_response
 
-ENVS = ("frozenlake", "sokoban", "countdown", "math", "searchqa")
+ENVS = ("frozenlake", "sokoban", "countdown", "math", "searchqa", "webshop")
 SEEDS = (0, 7, 1_000_003)
 # Pieces a language model tends to emit around the format; mixed with raw bytes below.
 FRAGMENTS = (
@@ -134,6 +134,18 @@ INVALID_ANSWERS = {
         "1 + + 2",
     ),
     "searchqa": ("search[]", "search[ the of ]", "answer[ ]", "search Orvel", "search[Orvel", "find[Orvel]", "answer: Orvel", "[Orvel]"),
+    "webshop": (
+        "search[]",
+        "search[ the of ]",
+        "click[]",
+        "click[buy now]",
+        "click[next >]",
+        "click[B0-0]",
+        "search shirt",
+        "search[shirt",
+        "buy[B0-0]",
+        "[shirt]",
+    ),
     "math": (
         "abc",
         "1e3",

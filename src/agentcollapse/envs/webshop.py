@@ -29,6 +29,7 @@ Defaults are sized for the tiny policy's 2048-token context and 48-token respons
 
 from __future__ import annotations
 
+import copy
 import random
 import re
 from typing import Any, ClassVar
@@ -106,6 +107,16 @@ class WebShopEnv(TextEnv):
         self.max_actions = max_turns * max_actions_per_turn
         self.goal: ShopGoal | None = None
         self._clear()
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> WebShopEnv:
+        """A copy of the episode's state that shares the catalogue and its index (read-only, and the
+        costly part: copying 5000 products and a BM25 index per copy would dwarf a step)."""
+        memo[id(self.catalogue)] = self.catalogue
+        clone = type(self).__new__(type(self))
+        memo[id(self)] = clone
+        for key, value in self.__dict__.items():
+            setattr(clone, key, copy.deepcopy(value, memo))
+        return clone
 
     def _clear(self) -> None:
         self.page = SEARCH
