@@ -85,7 +85,7 @@ base-model: $(STAMP) ## force a rebuild of the tiny warm-started policy for ENV
 # make bench measures every part at the iteration benchmark's size, which also keeps it under 10 minutes
 BENCH_SIZE := rollout.num_prompts=8 rollout.group_size=8
 bench: $(STAMP) ## the quick benchmarks (~9 min on 2 cores), then benchmarks/results/latest.{json,md} with every part's newest result (TRL, scaling, learning: own targets)
-	@$(call run,$(BIN)/python -m benchmarks.bench_iteration $(ARGS))
+	@$(call run,$(BIN)/python -m benchmarks.bench_iteration --clock cpu $(ARGS))
 	@$(call run,$(BIN)/python -m benchmarks.bench_rollout --episodes 64 --slips 0 --repeats 2 env=frozenlake $(BENCH_SIZE))
 	@$(call run,$(BIN)/python -m benchmarks.bench_filter --repeats 2 $(BENCH_SIZE))
 	@$(call run,$(BIN)/python -m benchmarks.bench_proxy --repeats 2 $(BENCH_SIZE))
