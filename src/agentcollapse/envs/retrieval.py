@@ -46,11 +46,34 @@ def tokenize(text: str) -> list[str]:
     return [w for w in _WORD.findall(text.lower()) if w not in STOPWORDS]
 
 
+def _import_bm25s():
+    """bm25s, on its numpy backend (the same scores). Imported here: building the env module does not need it.
+
+    Left to itself bm25s JIT-compiles with numba at import, and after that vLLM's engine fails to start in the
+    same process ("'_lib_fn_wrapper' object has no attribute 'get'", from llvmlite): a SearchQA or WebShop run
+    with rollout.engine=vllm would not start. numba is hidden from bm25s's import, and put back after it."""
+    import sys
+
+    if "bm25s" in sys.modules:
+        return sys.modules["bm25s"]
+    saved = {name: sys.modules.get(name) for name in ("numba",)}
+    sys.modules["numba"] = None  # type: ignore[assignment]  # makes `from numba import ...` raise ImportError
+    try:
+        import bm25s
+    finally:
+        for name, module in saved.items():
+            if module is None:
+                sys.modules.pop(name, None)
+            else:
+                sys.modules[name] = module
+    return bm25s
+
+
 class BM25Index:
     """A BM25 index over ``texts`` (see the module doc for the formula); built once, searched many times."""
 
     def __init__(self, texts: Sequence[str], k1: float = 1.5, b: float = 0.75) -> None:
-        import bm25s  # imported here: building the env module does not need it
+        bm25s = _import_bm25s()
 
         if len(texts) == 0:
             raise ValueError("BM25Index needs at least one document")
