@@ -227,10 +227,10 @@ def test_micro_batches_add_up_to_the_whole_batch(name, mode):
 
 def test_the_default_loss_is_the_clipped_one_bit_for_bit():
     new, old = inputs(7, spread=0.5)
-    logits = torch.randn(3, 5, 6, dtype=D)
+    entropy = torch.rand(3, 4, dtype=D)
     for preset in PRESETS.values():
         assert preset.policy_loss == "clipped"
-        terms = rl_objective(preset, logits, new, old, ADV, MASK, 4, ref_logp=old)
+        terms = rl_objective(preset, entropy, new, old, ADV, MASK, 4, ref_logp=old)
         direct = policy_loss(
             new, old, ADV, MASK, preset.clip_low, preset.clip_high, preset.clip_ratio_c, preset.dual_clip, preset.loss_agg_mode, 4
         )

@@ -98,7 +98,8 @@ def test_presets_are_overridable_field_by_field(make_cfg):
     assert (algo.clip_low, algo.clip_high, algo.kl_coef) == (0.2, 0.28, 0.01)
 
 
-def test_logits_start_at_the_first_target_and_match_the_full_forward(make_cfg, tiny_policy):
+def test_token_stats_start_at_the_first_target_and_match_the_full_forward(make_cfg, tiny_policy):
+    from agentcollapse.algorithms import entropy_from_logits
     from agentcollapse.rollout.sequences import build_sequences, collate
 
     module = _module(make_cfg, tiny_policy, "algorithm=ppo")
@@ -108,13 +109,14 @@ def test_logits_start_at_the_first_target_and_match_the_full_forward(make_cfg, t
     first_response = seqs.loss_mask[0].index(1)
     assert start == first_response - 1 > 0  # the logits at position t predict token t + 1
     with torch.no_grad():
-        logits, logp, values = module.forward_sequences(mb, with_values=True)
+        entropy, logp, values = module.forward_sequences(mb, with_values=True)
         full = module.model(input_ids=mb["input_ids"], output_hidden_states=True)
-    ids = mb["input_ids"]
+    ids, mask = mb["input_ids"], mb["response_mask"]
     full_logp = torch.log_softmax(full.logits[:, :-1].float(), -1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    assert logits.shape[1] == ids.shape[1] - start and mb["response_mask"].shape == logp.shape == values.shape
-    torch.testing.assert_close(logits, full.logits[:, start:])
-    torch.testing.assert_close(logp, full_logp[:, start:])
+    assert mask.shape == entropy.shape == logp.shape == values.shape == (len(ids), ids.shape[1] - 1 - start)
+    # the response tokens' values are the full forward's; off them, 0 (no loss reads them)
+    torch.testing.assert_close(logp, full_logp[:, start:] * mask)
+    torch.testing.assert_close(entropy, entropy_from_logits(full.logits[:, start:-1]) * mask)
     torch.testing.assert_close(values, module.value_head(full.hidden_states[-1][:, :-1])[:, start:])
     assert mb["response_mask"][:, 0].all()  # nothing a target was cut
 

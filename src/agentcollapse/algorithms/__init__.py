@@ -30,6 +30,7 @@ from agentcollapse.algorithms.losses import (
     policy_loss,
     register_loss_agg,
     register_policy_loss,
+    response_token_stats,
     sapo_policy_loss,
     value_loss,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "cispo_policy_loss",
     "gspo_policy_loss",
     "register_policy_loss",
+    "response_token_stats",
     "sapo_policy_loss",
     "with_overrides",
     "ROLLOUT_CORRECTIONS",

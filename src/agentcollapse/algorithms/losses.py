@@ -11,7 +11,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from agentcollapse.models.logprobs import CHUNK_ELEMENTS, position_blocks
+from agentcollapse.models.logprobs import CHUNK_ELEMENTS, position_blocks, token_logprobs
 from agentcollapse.registry import Registry
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "gspo_policy_loss",
     "masked_mean",
     "policy_loss",
+    "response_token_stats",
     "register_loss_agg",
     "register_policy_loss",
     "sapo_policy_loss",
@@ -374,6 +375,38 @@ def entropy_from_logits(logits: Tensor) -> Tensor:
         for _, _, block in position_blocks(logits)
     ]
     return torch.cat(parts).reshape(logits.shape[:-1])
+
+
+def response_token_stats(
+    head: Callable[[Tensor], Tensor],
+    hidden: Tensor,
+    targets: Tensor,
+    mask: Tensor,
+    entropy: bool = True,
+    entropy_grad: bool = True,
+) -> tuple[Tensor, Tensor | None]:
+    """Token log-probs of ``targets`` [B, T] and the policy's entropies [B, T] from the final hidden
+    states ``hidden`` [B, T, d] that predict them, through the output ``head`` (hidden -> logits), at
+    the positions ``mask`` selects only; 0 elsewhere (``entropy=False``: no entropies;
+    ``entropy_grad=False``: entropies without a graph, for logging).
+
+    In a multi-turn sequence most positions after the first response are observation tokens, which
+    no loss reads: the head and the softmax over the vocabulary run on the response tokens packed
+    into one row instead of every position (measured: three quarters of the tiny FrozenLake policy's
+    head positions were observation tokens). A mask with no position still runs the first one, so the
+    loss reaches the weights and a data-parallel padding micro-batch backwards like the others.
+    """
+    rows, cols = mask.nonzero(as_tuple=True)
+    if len(rows) == 0:
+        rows, cols = (torch.zeros(1, dtype=torch.long, device=mask.device),) * 2
+    logits = head(hidden[rows, cols])[None]  # [1, N, V]
+    logp = token_logprobs(logits, targets[rows, cols][None])[0]
+    out = logp.new_zeros(mask.shape).index_put((rows, cols), logp)
+    if not entropy:
+        return out, None
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+        ent = entropy_from_logits(logits)[0]
+    return out, ent.new_zeros(mask.shape).index_put((rows, cols), ent)
 
 
 def _dense_entropy(logits: Tensor) -> Tensor:

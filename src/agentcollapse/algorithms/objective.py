@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 from torch import Tensor
 
 from agentcollapse.algorithms.kl import kl_penalty
-from agentcollapse.algorithms.losses import POLICY_LOSSES, PolicyLossOutput, aggregate_loss, entropy_from_logits, masked_mean, value_loss
+from agentcollapse.algorithms.losses import POLICY_LOSSES, PolicyLossOutput, aggregate_loss, masked_mean, value_loss
 from agentcollapse.algorithms.presets import AlgorithmPreset
 
 __all__ = ["ObjectiveTerms", "aggregation_pair", "micro_batch_weight", "rl_objective"]
@@ -62,7 +61,7 @@ def micro_batch_weight(mode: str, mb_tokens: float, total_tokens: float, mb_seqs
 
 def rl_objective(
     algo: AlgorithmPreset,
-    logits: Tensor,
+    entropy: Tensor,
     logp: Tensor,
     old_logp: Tensor,
     advantages: Tensor,
@@ -75,13 +74,13 @@ def rl_objective(
     old_values: Tensor | None = None,
     token_weights: Tensor | None = None,
 ) -> ObjectiveTerms:
-    """The objective of one micro-batch: ``logits [B, T+1, V]`` of the sequences, ``logp``/``old_logp``
-    ``[B, T]`` token log-probs, token ``advantages [B, T]`` and the response ``mask [B, T]``.
+    """The objective of one micro-batch: the policy's token ``entropy [B, T]`` (with a graph when
+    ``algo.entropy_coef > 0``), ``logp``/``old_logp`` ``[B, T]`` token log-probs, token ``advantages
+    [B, T]`` and the response ``mask [B, T]`` (``algorithms.response_token_stats`` gives the first two).
 
     ``ref_logp`` is needed when ``algo.kl_coef > 0``; ``values``/``value_targets``/``old_values`` when
     the algorithm trains a critic; ``token_weights`` scale the policy loss per token (the rollout
-    correction's importance weights). With ``entropy_coef = 0`` the entropy is computed without a graph
-    (it is only logged then).
+    correction's importance weights). With ``entropy_coef = 0`` the entropy is only logged.
     """
     agg = algo.loss_agg_mode
     pl = POLICY_LOSSES.get(algo.policy_loss).compute(logp, old_logp, advantages, mask, algo, agg, norm_length, token_weights)
@@ -89,13 +88,9 @@ def rl_objective(
     total = pl.loss
     regulariser = pl.loss.new_zeros(())
     if algo.entropy_coef > 0:
-        entropy = entropy_from_logits(logits[:, :-1])
         bonus = algo.entropy_coef * aggregate_loss(entropy, mask, agg, norm_length=norm_length)
         total = total - bonus
         regulariser = regulariser - bonus
-    else:
-        with torch.no_grad():
-            entropy = entropy_from_logits(logits[:, :-1])
     kl = None
     if algo.kl_coef > 0:
         if ref_logp is None:

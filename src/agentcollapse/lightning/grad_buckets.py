@@ -63,15 +63,15 @@ def group_loss_terms(module: Any, batch: RolloutBatch, groups: list[int] | np.nd
     for idx in micro_batches(seqs, module.cfg.algorithm.micro_batch_size, share_prompts=module.prompts_shared()):
         mb = collate(seqs, idx, module.pad_id, device)
         mask = mb["response_mask"]
-        logits, logp, _ = module.forward_sequences(mb, with_values=False)
+        entropy, logp, _ = module.forward_sequences(mb, with_values=False)
         advantages = traj_adv[[seqs.traj_index[i] for i in idx]].to(device)[:, None] * mask
         ref_logp = None
         if algo.kl_coef > 0:
             with torch.no_grad(), model.disable_adapter():
-                ref_logp = module.forward_sequences(mb, with_values=False)[1]
+                ref_logp = module.forward_sequences(mb, with_values=False, with_entropy=False)[1]
         weight = micro_batch_weight(algo.loss_agg_mode, float(mask.sum()), total_tokens, len(idx), n)
         terms = rl_objective(
-            algo, logits, logp, logp.detach(), advantages, mask, module.cfg.rollout.max_new_tokens, weight=weight, ref_logp=ref_logp
+            algo, entropy, logp, logp.detach(), advantages, mask, module.cfg.rollout.max_new_tokens, weight=weight, ref_logp=ref_logp
         )
         task = task + terms.task
         reg = reg + terms.regulariser

@@ -21,7 +21,7 @@ import torch
 
 import lightning as L
 from agentcollapse import envs, seeds
-from agentcollapse.algorithms import entropy_from_logits
+from agentcollapse.algorithms import response_token_stats
 from agentcollapse.algorithms.presets import algorithm_preset
 from agentcollapse.config import RunConfig
 from agentcollapse.errors import UserError
@@ -36,7 +36,7 @@ from agentcollapse.models.value_head import ValueHead
 from agentcollapse.progress import peak_rss_mib
 from agentcollapse.rollout.batch import RolloutBatch
 from agentcollapse.rollout.runner import collect_rollouts, rollout_metrics
-from agentcollapse.rollout.sequences import build_sequences, collate, gather_logprobs
+from agentcollapse.rollout.sequences import build_sequences, collate
 from agentcollapse.rollout.vllm_engine import VLLMEngine, engine_settings
 
 log = logging.getLogger("agentcollapse")
@@ -302,8 +302,7 @@ class AgentRLModule(L.LightningModule):
         counts = np.zeros(len(rollout.trajectories))
         for idx in phases.micro_batches(seqs, self.cfg.algorithm.micro_batch_size, share_prompts=self.prompts_shared()):
             mb = collate(seqs, idx, self.pad_id, self.device)
-            logits = self.forward_sequences(mb, with_values=False)[0]
-            ent = entropy_from_logits(logits[:, :-1]) * mb["response_mask"]
+            ent = self.forward_sequences(mb, with_values=False)[0] * mb["response_mask"]
             for row, i in enumerate(idx):
                 totals[seqs.traj_index[i]] += float(ent[row].sum())
                 counts[seqs.traj_index[i]] += float(mb["response_mask"][row].sum())
@@ -314,28 +313,41 @@ class AgentRLModule(L.LightningModule):
     def pad_id(self) -> int:
         return pad_token_id(self.policy.tokenizer)
 
-    def forward_sequences(self, mb: dict[str, torch.Tensor], with_values: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def forward_sequences(
+        self, mb: dict[str, torch.Tensor], with_values: bool, with_entropy: bool = True
+    ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+        """The policy's token entropies (``with_entropy``; a graph only when the loss has an entropy
+        bonus), the targets' log-probs and the critic's values of the collated ``mb``, each [B, T]
+        aligned with ``mb["response_mask"]``; entropies and log-probs are 0 off the response tokens."""
         # Sequences are right-padded (collate), so causality alone keeps every real token from seeing
         # padding: no attention mask is passed, and SDPA takes its causal kernel, which skips the
         # masked half of the score matrix (measured: ~10-15% of the update at FrozenLake's ~600 tokens).
-        # Logits only from the batch's first target position on (collate's logits_from): every
-        # returned tensor is aligned with mb["response_mask"].
+        # Positions from the batch's first target on (collate's logits_from); the output head and the
+        # softmax run on the response tokens only (response_token_stats), where a forward's logits
+        # would cover every observation token too.
         # Rows that begin with the same tokens up to there (a group's prompt: micro_batches keeps a
         # group together when prompts_shared) run them once (shared_prefix_forward).
         # algorithm.update_dtype=bfloat16 autocasts the forward (and so its backward); log-probs and
         # entropies are still normalised in float32 over the logits.
-        ids = mb["input_ids"]
+        ids, mask = mb["input_ids"], mb["response_mask"]
         start = int(mb["logits_from"])
         with self.autocast():
             if self.shared_prefix_length(mb):
-                out = shared_prefix_forward(self.model, ids, start, output_hidden_states=with_values)
-                hidden_from = 0  # its hidden states begin at position start
+                out = shared_prefix_forward(self.model, ids, start, output_hidden_states=True, logits_to_keep=1)
+                hidden = out.hidden_states[-1][:, :-1]  # its hidden states begin at position start
             else:
-                keep = {"logits_to_keep": ids.shape[1] - start} if start else {}
-                out = self.model(input_ids=ids, output_hidden_states=with_values, **keep)
-                hidden_from = start
-        values = self.value_head(out.hidden_states[-1][:, hidden_from:-1].float()) if with_values and self.value_head is not None else None
-        return out.logits, gather_logprobs(out.logits, ids, start), values
+                out = self.model(input_ids=ids, output_hidden_states=True, logits_to_keep=1)
+                hidden = out.hidden_states[-1][:, start:-1]
+            logp, entropy = response_token_stats(
+                self.model.get_output_embeddings(),
+                hidden,
+                ids[:, start + 1 :],
+                mask,
+                entropy=with_entropy,
+                entropy_grad=self.algo.entropy_coef > 0,
+            )
+        values = self.value_head(hidden.float()) if with_values and self.value_head is not None else None
+        return entropy, logp, values
 
     def autocast(self) -> torch.autocast:
         """The update's autocast region (``algorithm.update_dtype``; disabled for float32)."""

@@ -210,7 +210,7 @@ def score(module: LightningModule, plan: UpdatePlan) -> None:
     algo = module.algo
     for mb in plan.micro:
         if not (plan.on_policy and not algo.use_critic):
-            _, logp, values = module.forward_sequences(mb.tensors, with_values=algo.use_critic)
+            _, logp, values = module.forward_sequences(mb.tensors, with_values=algo.use_critic, with_entropy=False)
             mb.old_logp = None if plan.on_policy else logp
             mb.old_values = values
     if algo.kl_coef > 0:
@@ -312,7 +312,7 @@ def optimise(module: LightningModule, plan: UpdatePlan, loss_scale: float) -> tu
                     key = (epoch, mb.order)
                     mask = mb.tensors["response_mask"]
                     tokens = float(mask.sum())
-                    logits, logp, values = module.forward_sequences(mb.tensors, with_values=algo.use_critic)
+                    entropy, logp, values = module.forward_sequences(mb.tensors, with_values=algo.use_critic)
                     old = logp.detach() if mb.old_logp is None else mb.old_logp
                     if epoch == 0 and "sample_logp" in mb.tensors and not mb.padding:
                         # the engine sampled these tokens: measure (and correct for) its log-probs
@@ -330,7 +330,7 @@ def optimise(module: LightningModule, plan: UpdatePlan, loss_scale: float) -> tu
                     )
                     terms = rl_objective(
                         algo,
-                        logits,
+                        entropy,
                         logp,
                         old,
                         mb.advantages,
