@@ -129,7 +129,7 @@ def decide(
     trajectory_k: int,
     filter_type: str = "largest",
 ) -> FilterDecision:
-    """The filter decision for one batch.
+    """The filter decision for one batch: one of four kinds, in the module's order of precedence.
 
     ``returns`` and ``successes`` are ``[P, G]``; ``features`` maps a feature name to a ``[P, G]``
     per-trajectory array and must hold ``required_feature(metric)`` when that is not ``None``.
@@ -138,10 +138,8 @@ def decide(
     s = as_2d(successes, "successes")
     if s.shape != r.shape:
         raise UserError(f"successes has shape {s.shape} but returns {r.shape}; pass both as [P, G]")
-    num_prompts = r.shape[0]
-    all_groups = np.arange(num_prompts, dtype=np.int64)
     if name == "none":
-        return FilterDecision(all_groups, None, 1.0, {"filter/kept_count": float(num_prompts), "filter/kept_ratio": 1.0})
+        return _keep_everything(r.shape[0])
     check_settings(
         name=name,
         metric=metric,
@@ -154,39 +152,78 @@ def decide(
         trajectory_k=trajectory_k,
         filter_type=filter_type,
     )
-    if trajectory_k > 0:  # the trajectory baseline: unchanged, no loss scaling
-        mask = trajectory_filter(r, int(trajectory_k))
-        return FilterDecision(all_groups, mask, 1.0, {"filter/kept_ratio": float(mask.mean()), "filter/kept_count": float(mask.sum())})
+    if trajectory_k > 0:
+        return _trajectory_baseline(r, int(trajectory_k))
+    if get_strategy(strategy).level == "trajectory":
+        return _trajectory_level(r, strategy, _value(value), loss_scale)
+    source = _score_source(r, features, metric)
+    return _group_level(r, s, source, metric, strategy, _value(value), include_zero, top_p_mode, selection_eps, loss_scale, filter_type)
 
+
+def _keep_everything(num_prompts: int) -> FilterDecision:
+    """``filter=none``: every group trains at full weight (a true no-filter arm, no setting checked)."""
+    all_groups = np.arange(num_prompts, dtype=np.int64)
+    return FilterDecision(all_groups, None, 1.0, {"filter/kept_count": float(num_prompts), "filter/kept_ratio": 1.0})
+
+
+def _trajectory_baseline(r: np.ndarray, k: int) -> FilterDecision:
+    """The paper's baseline: the top-k and bottom-k trajectories of every group, the loss unscaled."""
+    mask = trajectory_filter(r, k)
+    all_groups = np.arange(r.shape[0], dtype=np.int64)
+    return FilterDecision(all_groups, mask, 1.0, {"filter/kept_ratio": float(mask.mean()), "filter/kept_count": float(mask.sum())})
+
+
+def _trajectory_level(r: np.ndarray, strategy: str, value: Any, loss_scale: str) -> FilterDecision:
+    """A trajectory-level strategy (``within_group``): every group trains, on the trajectories it keeps."""
     spec = get_strategy(strategy)
-    v = _value(value)
-    if spec.level == "trajectory":
-        mask = spec.fn(r, spec.check(v, strategy))
-        kept_traj, total = int(mask.sum()), int(mask.size)
-        per_group = mask.sum(axis=1)
-        metrics = {
-            "filter/kept_count": float(kept_traj),
-            "filter/kept_ratio": float(mask.mean()) if total else 0.0,
-            f"filter/{strategy}_keep_k": float(per_group.max()) if per_group.size else 0.0,
-            f"filter/{strategy}_keep_ratio": float(per_group.max() / r.shape[1]) if per_group.size and r.shape[1] else 0.0,
-        }
-        scale = _loss_scale(kept_traj, total, loss_scale) if kept_traj else 1.0
-        return FilterDecision(all_groups, mask, scale, metrics)
+    mask = spec.fn(r, spec.check(value, strategy))
+    kept_traj, total = int(mask.sum()), int(mask.size)
+    per_group = mask.sum(axis=1)
+    metrics = {
+        "filter/kept_count": float(kept_traj),
+        "filter/kept_ratio": float(mask.mean()) if total else 0.0,
+        f"filter/{strategy}_keep_k": float(per_group.max()) if per_group.size else 0.0,
+        f"filter/{strategy}_keep_ratio": float(per_group.max() / r.shape[1]) if per_group.size and r.shape[1] else 0.0,
+    }
+    scale = _loss_scale(kept_traj, total, loss_scale) if kept_traj else 1.0
+    all_groups = np.arange(r.shape[0], dtype=np.int64)
+    return FilterDecision(all_groups, mask, scale, metrics)
 
+
+def _score_source(r: np.ndarray, features: Mapping[str, Any] | None, metric: str) -> np.ndarray:
+    """The ``[P, G]`` values ``metric`` scores a group by: the returns, or the feature it needs."""
     need = required_feature(metric)
     if need is None:
-        source = r
-    else:
-        if features is None or need not in features:
-            raise UserError(
-                f"filter metric {metric!r} needs features[{need!r}], a [P, G] per-trajectory array; "
-                "compute it from the rollout (see agentcollapse.filtering.required_feature)"
-            )
-        source = as_2d(features[need], f"features[{need!r}]")
-        if source.shape != r.shape:
-            raise UserError(f"features[{need!r}] has shape {source.shape} but returns {r.shape}; pass [P, G]")
+        return r
+    if features is None or need not in features:
+        raise UserError(
+            f"filter metric {metric!r} needs features[{need!r}], a [P, G] per-trajectory array; "
+            "compute it from the rollout (see agentcollapse.filtering.required_feature)"
+        )
+    source = as_2d(features[need], f"features[{need!r}]")
+    if source.shape != r.shape:
+        raise UserError(f"features[{need!r}] has shape {source.shape} but returns {r.shape}; pass [P, G]")
+    return source
+
+
+def _group_level(
+    r: np.ndarray,
+    s: np.ndarray,
+    source: np.ndarray,
+    metric: str,
+    strategy: str,
+    value: Any,
+    include_zero: bool,
+    top_p_mode: str,
+    selection_eps: float,
+    loss_scale: str,
+    filter_type: str,
+) -> FilterDecision:
+    """A group-level strategy: score each group from ``source``, keep the groups the strategy selects
+    (none when no group carries task signal), with the kept groups' statistics beside all groups'."""
+    num_prompts = r.shape[0]
     scores = group_scores(source, metric)
-    kept = select_groups(scores, strategy, v, include_zero, top_p_mode, selection_eps, filter_type)
+    kept = select_groups(scores, strategy, value, include_zero, top_p_mode, selection_eps, filter_type)
     if get_score(metric).zero_means_no_signal and np.all(np.abs(scores) <= ZERO_TOL):
         kept = kept[:0]  # docs/method.md section 5: no group carries task signal, so skip rather than regularise only
     metrics = {
