@@ -26,7 +26,7 @@ import torch
 from agentcollapse.diagnostics.cross_score import PairMemo, ScoreFn, cross_score, sequence_cross_score
 from agentcollapse.diagnostics.ema import ProxyEMAState
 from agentcollapse.diagnostics.proxy import column_equivalence, proxy_metrics
-from agentcollapse.diagnostics.samplers import get_sampler, reasoning_ids, sampler_names, sampler_prefix
+from agentcollapse.diagnostics.samplers import ProxySample, get_sampler, reasoning_ids, sampler_names, sampler_prefix
 from agentcollapse.filtering import group_scores, rv_std_over_mean
 from agentcollapse.models.context import encode
 from agentcollapse.rollout.batch import RolloutBatch
@@ -109,29 +109,18 @@ def collapse_metrics(
     (:meth:`ProxySample.lengths`). A (context, trace) pair that several samplers draw runs one forward
     (``cross_score``'s memo). ``autocast``: the dtype the model's cross-scoring forwards run in (None: as loaded).
     """
-    builtin = {"first_turn": SamplerOptions(first_turn_samples), "trajectory": SamplerOptions(trajectory_samples, trajectory_replace)}
-    drawn = {name: get_sampler(name).draws_like for name in sampler_names()}
-    opts = {name: builtin[like] for name, like in drawn.items() if like in builtin} | dict(options or {})
-    out: dict[str, float] = {}
+    opts = _sampler_options(first_turn_samples, trajectory_samples, trajectory_replace, options)
     memo: PairMemo = {}  # every sampler's pairs, scored once: the nocopy samplers reweight the plain ones'
     encode_think = lambda text: encode(tokenizer, text)  # noqa: E731
     valid, total = valid_thinking_counts(batch, encode_think)
-    out["collapse/valid_thinking_rate"] = valid / total if total else 0.0
+    out: dict[str, float] = {"collapse/valid_thinking_rate": valid / total if total else 0.0}
     for name in sampler_names():
         if name in skip:
             continue
         prefix = sampler_prefix(name)
         o = opts.get(name, SamplerOptions())
         sample = get_sampler(name).fn(batch, encode_think, rng, num_samples=o.num_samples, replace=o.replace)
-        out[f"{prefix}/valid_thinking_rate"] = float(sample.stats["valid_thinking_rate"])
-        for key in ("state_grounding", "copied_token_frac"):
-            if key in sample.stats:
-                out[f"{prefix}/{key}"] = float(sample.stats[key])
-        if name == "first_turn":
-            n_total, n_valid = sample.stats["num_candidates"], sample.stats["num_valid"]
-            out["collapse/first_turn_num_total"] = float(n_total)
-            out["collapse/first_turn_num_valid"] = float(n_valid)
-            out["collapse/first_turn_valid_rate"] = float(n_valid / n_total) if n_total else 0.0
+        out.update(_sample_stats(name, prefix, sample))
         if not sample.traces or len(sample.contexts) < 2:
             continue  # nothing to retrieve among: the metrics are undefined this step
         if score is None:
@@ -140,11 +129,43 @@ def collapse_metrics(
             )
         else:
             logp = sequence_cross_score(score, sample.contexts, sample.traces, weights=sample.token_weights, memo=memo)
-        z_len = torch.tensor(sample.lengths(), dtype=torch.float32)
-        row_col = torch.tensor(sample.row_col, dtype=torch.long)
-        equiv = column_equivalence(sample.contexts)
-        metrics = proxy_metrics(logp, z_len, row_col, equiv)
-        ema = emas.setdefault(prefix, ProxyEMAState(decay=0.9))
-        metrics = ema.update(logp, z_len, row_col, metrics, equiv)
+        metrics = _proxy_with_ema(logp, sample, emas.setdefault(prefix, ProxyEMAState(decay=0.9)))
         out.update({f"{prefix}/{k}": float(v) for k, v in metrics.items()})
     return out
+
+
+def _sampler_options(
+    first_turn_samples: int | None,
+    trajectory_samples: int | None,
+    trajectory_replace: bool,
+    options: Mapping[str, SamplerOptions] | None,
+) -> dict[str, SamplerOptions]:
+    """Each sampler's options: a built-in's from the diagnostics settings, shared by every sampler
+    that draws like it (``SamplerSpec.draws_like``), then ``options`` over them."""
+    builtin = {"first_turn": SamplerOptions(first_turn_samples), "trajectory": SamplerOptions(trajectory_samples, trajectory_replace)}
+    drawn = {name: get_sampler(name).draws_like for name in sampler_names()}
+    return {name: builtin[like] for name, like in drawn.items() if like in builtin} | dict(options or {})
+
+
+def _sample_stats(name: str, prefix: str, sample: ProxySample) -> dict[str, float]:
+    """What a sample says before any scoring: its reasoning and grounding rates (and the nocopy
+    samplers' copied share); the first-turn sampler also counts its traces before any cap."""
+    out = {f"{prefix}/valid_thinking_rate": float(sample.stats["valid_thinking_rate"])}
+    for key in ("state_grounding", "copied_token_frac"):
+        if key in sample.stats:
+            out[f"{prefix}/{key}"] = float(sample.stats[key])
+    if name == "first_turn":
+        n_total, n_valid = sample.stats["num_candidates"], sample.stats["num_valid"]
+        out["collapse/first_turn_num_total"] = float(n_total)
+        out["collapse/first_turn_num_valid"] = float(n_valid)
+        out["collapse/first_turn_valid_rate"] = float(n_valid / n_total) if n_total else 0.0
+    return out
+
+
+def _proxy_with_ema(logp: torch.Tensor, sample: ProxySample, ema: ProxyEMAState) -> dict[str, Any]:
+    """The proxy's metrics of one sample's cross-score matrix, and their EMAs (``ema`` is updated)."""
+    z_len = torch.tensor(sample.lengths(), dtype=torch.float32)
+    row_col = torch.tensor(sample.row_col, dtype=torch.long)
+    equiv = column_equivalence(sample.contexts)
+    metrics = proxy_metrics(logp, z_len, row_col, equiv)
+    return ema.update(logp, z_len, row_col, metrics, equiv)
