@@ -1,13 +1,8 @@
-"""Sokoban as a multi-turn text game (docs/method.md section 7), with our own generator and planner.
+"""Sokoban as a multi-turn text game (docs/method.md section 7): rules, rewards and text.
 
-Levels come from reverse play: a room with a wall border and a few inner walls (3-6 in a 6x6 room;
-the floor stays connected), boxes placed on their targets, the player on a free cell, then
-``num_reverse_steps`` random reverse moves in which the player may pull the box behind it. A pull is
-a push played backwards, so every visited state is solvable. A BFS backwards from the solved states
-gives the exact shortest-solution length of every state; of the visited states that are not solved
-and can be solved within ``max_steps`` actions, the generator keeps one whose solution length is
-closest to a length drawn uniformly from 1..max_steps (so difficulties are spread), or draws a new
-room from the same seeded stream (``reset(seed)`` is deterministic).
+Levels come from reverse play (``envs.sokoban_levels``: the room, the push rule, the generator and the
+BFS planner): every level is solvable within ``max_steps`` actions, its shortest-solution lengths
+spread over 1..max_steps, and ``reset(seed)`` is deterministic.
 
 6x6 one-box levels form a small space (each room admits only a few dozen solvable states), so
 distinct seeds can, rarely, give the same level; seeds 0..499 give 500 different ones (tested).
@@ -24,162 +19,26 @@ from __future__ import annotations
 
 import random
 import re
-from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import ClassVar
 
 from agentcollapse.envs import register
 from agentcollapse.envs.base import TextEnv
+from agentcollapse.envs.sokoban_levels import Room, State, bfs_solve, generate_level, push, reverse_distances
 from agentcollapse.errors import UserError
 
 _POSITION_CLAIM = re.compile(r"(I am at|Player|I stand at|box at|box|target at|target) \( (\d+) , (\d+) \)")
 
 ACTION_NAMES = ("Up", "Down", "Left", "Right")
 ACTIONS: dict[str, int] = {name.lower(): i for i, name in enumerate(ACTION_NAMES)}
-_DELTAS = ((-1, 0), (1, 0), (0, -1), (0, 1))
-_OPPOSITE = (1, 0, 3, 2)
 
 STEP_REWARD = -0.1
 BOX_ON_TARGET_REWARD = 1.0
 BOX_OFF_TARGET_REWARD = -1.0
 SOLVED_REWARD = 10.0
 
-_MAX_GENERATION_ATTEMPTS = 2000
-_MAX_SEARCH_STATES = 200_000
-_PULL_PROB = 0.8
-_KEEP_PULLING_PROB = 0.5
-
-State = tuple[int, frozenset[int]]  # (player cell, box cells); cells are flat indices r * width + c
-
-
-class _Room:
-    """Static part of a level: size, walls, targets, and a neighbour table over flat cell indices."""
-
-    def __init__(self, height: int, width: int, walls: Iterable[int], targets: Iterable[int]) -> None:
-        self.height, self.width = height, width
-        self.walls = frozenset(walls)
-        self.targets = frozenset(targets)
-        # nbr[cell][action] = the adjacent cell, or -1 when it is a wall or outside the room.
-        self.nbr: list[tuple[int, ...]] = []
-        for cell in range(height * width):
-            r, c = divmod(cell, width)
-            row = []
-            for dr, dc in _DELTAS:
-                rr, cc = r + dr, c + dc
-                inside = 0 <= rr < height and 0 <= cc < width
-                nxt = rr * width + cc
-                row.append(nxt if inside and nxt not in self.walls else -1)
-            self.nbr.append(tuple(row))
-
-    def rc(self, cell: int) -> tuple[int, int]:
-        return divmod(cell, self.width)
-
-
-def _push(room: _Room, player: int, boxes: frozenset[int], action: int) -> tuple[int, frozenset[int], int | None]:
-    """One forward move; returns (player, boxes, pushed-box origin or None). Blocked moves change nothing."""
-    nxt = room.nbr[player][action]
-    if nxt < 0:
-        return player, boxes, None
-    if nxt in boxes:
-        beyond = room.nbr[nxt][action]
-        if beyond < 0 or beyond in boxes:
-            return player, boxes, None
-        return nxt, (boxes - {nxt}) | {beyond}, nxt
-    return nxt, boxes, None
-
-
-def bfs_solve(room: _Room, player: int, boxes: frozenset[int], max_depth: int) -> list[int] | None:
-    """Shortest action-id sequence that puts every box on a target (BFS over (player, boxes))."""
-    targets = room.targets
-    if boxes <= targets:
-        return []
-    # Simple dead squares: a box in a non-target corner can never move again.
-    dead = set()
-    for cell in range(room.height * room.width):
-        if cell in room.walls or cell in targets:
-            continue
-        n = room.nbr[cell]
-        if (n[0] < 0 or n[1] < 0) and (n[2] < 0 or n[3] < 0):
-            dead.add(cell)
-    start: State = (player, boxes)
-    parents: dict[State, tuple[State, int] | None] = {start: None}
-    frontier = [start]
-    depth = 0
-    while frontier and depth < max_depth:
-        depth += 1
-        nxt_frontier = []
-        for state in frontier:
-            p, bx = state
-            for action in range(4):
-                np_, nb, pushed = _push(room, p, bx, action)
-                if np_ == p:
-                    continue
-                if pushed is not None and (nb - bx) & dead:
-                    continue
-                child = (np_, nb)
-                if child in parents:
-                    continue
-                parents[child] = (state, action)
-                if pushed is not None and nb <= targets:
-                    path = [action]
-                    cur = state
-                    while parents[cur] is not None:
-                        cur, a = parents[cur]  # type: ignore[misc]
-                        path.append(a)
-                    return path[::-1]
-                nxt_frontier.append(child)
-        if len(parents) > _MAX_SEARCH_STATES:
-            return None
-        frontier = nxt_frontier
-    return None
-
-
-def reverse_distances(room: _Room, max_depth: int) -> dict[State, int]:
-    """Shortest solution length of every state solvable in at most ``max_depth`` moves.
-
-    BFS from all solved states over reverse moves (the player steps to a free cell and may pull the
-    box behind it); a reverse move undoes exactly one forward move, so distances are exact.
-    """
-    targets = room.targets
-    free = [c for c in range(room.height * room.width) if c not in room.walls]
-    frontier: list[State] = [(p, targets) for p in free if p not in targets]
-    dist: dict[State, int] = {st: 0 for st in frontier}
-    for depth in range(1, max_depth + 1):
-        nxt_frontier = []
-        for player, boxes in frontier:
-            for action in range(4):
-                nxt = room.nbr[player][action]
-                if nxt < 0 or nxt in boxes:
-                    continue
-                children = [(nxt, boxes)]
-                behind = room.nbr[player][_OPPOSITE[action]]
-                if behind in boxes:
-                    children.append((nxt, (boxes - {behind}) | {player}))
-                for child in children:
-                    if child not in dist:
-                        dist[child] = depth
-                        nxt_frontier.append(child)
-        frontier = nxt_frontier
-        if len(dist) > _MAX_SEARCH_STATES:
-            break
-    return dist
-
-
-def _connected(cells: set[int], width: int) -> bool:
-    if not cells:
-        return False
-    start = next(iter(cells))
-    seen = {start}
-    queue = deque([start])
-    while queue:
-        cell = queue.popleft()
-        r, c = divmod(cell, width)
-        for dr, dc in _DELTAS:
-            nxt = (r + dr) * width + (c + dc)
-            if nxt in cells and nxt not in seen and 0 <= c + dc < width:
-                seen.add(nxt)
-                queue.append(nxt)
-    return len(seen) == len(cells)
+# bfs_solve, reverse_distances and State stay importable from here (the planner's old home)
+__all__ = ["ACTIONS", "ACTION_NAMES", "Room", "SokobanEnv", "State", "bfs_solve", "reverse_distances"]
 
 
 @register("sokoban")
@@ -228,7 +87,7 @@ class SokobanEnv(TextEnv):
         self.num_reverse_steps = int(num_reverse_steps)
         self.max_turns = int(max_turns)
         self.max_actions_per_turn = int(max_actions_per_turn)
-        self.room: _Room | None = None
+        self.room: Room | None = None
         self.player = -1
         self.boxes: frozenset[int] = frozenset()
 
@@ -263,72 +122,22 @@ class SokobanEnv(TextEnv):
             raise UserError(f"a Sokoban layout needs as many boxes as targets (found {len(boxes)} and {len(targets)})")
         env = cls(**kwargs)
         env.dim_room, env.num_boxes = (len(rows), width), len(boxes)
-        env.room = _Room(len(rows), width, walls, targets)
+        env.room = Room(len(rows), width, walls, targets)
         env.player, env.boxes = players[0], frozenset(boxes)
         env.turn = env.actions_taken = 0
         env.success = env.terminal = False
         return env
 
     def _reset(self, seed: int) -> None:
-        self.room, self.player, self.boxes = self._generate(random.Random(seed))
-
-    def _generate(self, rng: random.Random) -> tuple[_Room, int, frozenset[int]]:
-        height, width = self.dim_room
-        border = {r * width + c for r in range(height) for c in range(width) if r in (0, height - 1) or c in (0, width - 1)}
-        interior = [r * width + c for r in range(1, height - 1) for c in range(1, width - 1)]
-        min_floor = 2 * self.num_boxes + 2
-        for _ in range(_MAX_GENERATION_ATTEMPTS):
-            floor = set(interior)
-            n_walls = rng.randint(len(interior) // 5, len(interior) // 3 + 1)  # 3..6 inner walls in a 6x6 room
-            for _ in range(4 * n_walls):
-                if len(floor) <= max(min_floor, len(interior) - n_walls):
-                    break
-                cell = rng.choice(interior)
-                if cell in floor and _connected(floor - {cell}, width):
-                    floor.discard(cell)
-            cells = sorted(floor)
-            targets = rng.sample(cells, self.num_boxes)
-            room = _Room(height, width, border | (set(interior) - floor), targets)
-            # Exact solution lengths (up to max_steps) of every state, by BFS backwards from the solved ones.
-            dist = reverse_distances(room, self.max_steps)
-            # Reverse play: a random walk that pulls the box behind the player most of the time.
-            origin = set(targets)
-            player = rng.choice([c for c in cells if c not in origin])
-            seen: set[State] = set()
-            pulled_last = -1
-            for _ in range(self.num_reverse_steps):
-                # Keep pulling the same way half of the time, so boxes travel more than one cell.
-                action = pulled_last if pulled_last >= 0 and rng.random() < _KEEP_PULLING_PROB else rng.randrange(4)
-                pulled_last = -1
-                nxt = room.nbr[player][action]
-                if nxt < 0 or nxt in origin:
-                    continue
-                behind = room.nbr[player][_OPPOSITE[action]]
-                if behind in origin and rng.random() < _PULL_PROB:
-                    origin.discard(behind)
-                    origin.add(player)
-                    pulled_last = action
-                player = nxt
-                seen.add((player, frozenset(origin)))
-            # Of the visited states solvable within the budget, keep one whose solution length is
-            # closest to a length drawn uniformly from 1..max_steps (a spread of difficulties).
-            candidates = sorted((st for st in seen if dist.get(st, 0) > 0), key=lambda st: (st[0], sorted(st[1])))
-            if not candidates:
-                continue
-            want = rng.randint(1, self.max_steps)
-            gap = min(abs(dist[st] - want) for st in candidates)
-            player, boxes = rng.choice([st for st in candidates if abs(dist[st] - want) == gap])
-            return room, player, boxes
-        raise UserError(
-            f"could not generate a Sokoban level solvable in max_steps={self.max_steps} "
-            f"(dim_room={list(self.dim_room)}, num_boxes={self.num_boxes}); raise max_steps or shrink the room"
+        self.room, self.player, self.boxes = generate_level(
+            random.Random(seed), self.dim_room, self.num_boxes, self.max_steps, self.num_reverse_steps
         )
 
     # -- dynamics -------------------------------------------------------------------------
     def _apply(self, action: int) -> float:
         room = self._require_room()
         reward = STEP_REWARD
-        player, boxes, pushed = _push(room, self.player, self.boxes, action)
+        player, boxes, pushed = push(room, self.player, self.boxes, action)
         if pushed is not None:
             landed = next(iter(boxes - self.boxes))
             was_on, now_on = pushed in room.targets, landed in room.targets
@@ -354,7 +163,7 @@ class SokobanEnv(TextEnv):
             "Actions are Up , Down , Left , Right ; give one or two actions separated by || ."
         )
 
-    def _require_room(self) -> _Room:
+    def _require_room(self) -> Room:
         if self.room is None:
             raise RuntimeError("sokoban: call reset(seed) first")
         return self.room
@@ -466,7 +275,7 @@ class SokobanEnv(TextEnv):
         # The next push in the plan: which box, which way, and the target nearest to it.
         player, boxes, push_box, push_dir = self.player, self.boxes, None, plan[0]
         for action in plan:
-            player, new_boxes, pushed = _push(room, player, boxes, action)
+            player, new_boxes, pushed = push(room, player, boxes, action)
             if pushed is not None:
                 push_box, push_dir = pushed, action
                 break
