@@ -2,20 +2,41 @@
 
     python -m benchmarks.bench_warm_start [--episodes 64] [--envs frozenlake,sokoban] [key=value overrides ...]
 
-For each env: the untuned model (``model.warm_start.enabled=false``) and the warm-started one (built
-here unless cached, timed) each play the held-out maps at T=1.0 and T=0.5, one trajectory per map as
-a run's evaluation draws them. Defaults to ``model=smollm2-135m``. Saves
-``benchmarks/results/warm_start.json`` for ``benchmarks.bench_report``. Not a test: numbers go in issue notes.
+For each env: the untuned model (``model.warm_start.enabled=false``; ``--untuned-episodes 0`` skips it)
+and the warm-started one (built here unless cached, timed) each play the held-out maps at T=1.0 and
+T=0.5, one trajectory per map as a run's evaluation draws them. Any env with a warm start works
+(single- and multi-turn). Defaults to ``model=smollm2-135m``. Saves ``benchmarks/results/warm_start.json``
+for ``benchmarks.bench_report``, keeping the rows of envs not measured in this run (each row says its
+commit, date and overrides), so envs can be measured one at a time. Not a test: numbers go in issue notes.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+from pathlib import Path
+from typing import Any
 
 from agentcollapse.analysis.stats import wilson_interval
+from agentcollapse.models.policy import resolve_model_dir
 from agentcollapse.rollout.runner import rollout_metrics
 from agentcollapse.run.jobs import config_and_policy, held_out_rollout
-from benchmarks.common import csv_list, floats, save_result, timed, with_model
+from benchmarks.common import RESULTS, commit, csv_list, floats, save_result, timed, with_model
+
+
+def build_seconds(cfg: Any) -> float | None:
+    """The warm start's build time as its cache recorded it (the build may predate this run)."""
+    meta = resolve_model_dir(cfg.model, cfg.env, cfg.cache_dir) / "meta.json"
+    return json.loads(meta.read_text()).get("build_seconds") if meta.exists() else None
+
+
+def kept_rows(envs: list[str], path: Path = RESULTS / "warm_start.json") -> list[dict[str, Any]]:
+    """The saved rows of the envs this run does not measure, stamped with their own run's commit and date."""
+    if not path.exists():
+        return []
+    old = json.loads(path.read_text())
+    stamp = {"commit": old.get("commit"), "measured_at": old.get("measured_at"), "model_overrides": old.get("model_overrides")}
+    return [{**stamp, **row} for row in old.get("rows", []) if row["env"] not in envs]
 
 
 def main() -> None:
@@ -29,17 +50,21 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="Hydra overrides (default model=smollm2-135m)")
     args = ap.parse_args()
     overrides = with_model(args.overrides)
-    rows = []
+    rows = kept_rows(args.envs)
+    stamp = {"commit": commit(), "model_overrides": overrides}
     for env in args.envs:
         for warm in (False, True):
-            ready_s, (cfg, policy) = timed(config_and_policy, [*overrides, f"env={env}", f"model.warm_start.enabled={str(warm).lower()}"])
             n = args.episodes if warm else args.untuned_episodes
+            if n < 1:
+                continue
+            ready_s, (cfg, policy) = timed(config_and_policy, [*overrides, f"env={env}", f"model.warm_start.enabled={str(warm).lower()}"])
             for temp in args.temperatures:
                 eval_s, batch = timed(held_out_rollout, policy, cfg.env.name, dict(cfg.env.kwargs), n, temp, cfg.rollout.max_new_tokens)
                 metrics = rollout_metrics(batch)
                 k = int(batch.successes().sum())
                 lo, hi = wilson_interval(k, n)
                 row = {
+                    **stamp,
                     "env": env,
                     "warm_start": warm,
                     "temperature": temp,
@@ -51,6 +76,9 @@ def main() -> None:
                     "n": n,
                     "eval_s": eval_s,
                     "policy_ready_s": ready_s,
+                    "build_s": build_seconds(cfg) if warm else None,
+                    "warm_start_config": {**vars(cfg.model.warm_start)} if warm else None,
+                    "max_new_tokens": cfg.rollout.max_new_tokens,
                 }
                 rows.append(row)
                 print(
