@@ -27,6 +27,7 @@ import numpy as np
 import torch
 
 from agentcollapse.algorithms import (
+    ObjectiveTerms,
     aggregation_pair,
     compute_group_advantages,
     gae_advantages,
@@ -61,6 +62,7 @@ __all__ = [
     "summarise",
 ]
 
+Stat = tuple[int, int, float, float]  # (epoch, one-process order, weighted sum, weight) of one micro-batch
 STAT_KEYS = ("pg_loss", "kl", "entropy", "clipfrac", "lower_clipfrac", "approx_kl", "value_loss")
 # the rollout engine's log-probs against the trainer's (vLLM only), and the correction's statistics
 ENGINE_STAT_NAMES = {
@@ -293,80 +295,20 @@ def optimise(module: LightningModule, plan: UpdatePlan, loss_scale: float) -> tu
     means (entropy, clip fractions, approx. KL, the engine's statistics) by tokens; the
     ``sequence_mask`` correction's share by sequences. A step that is not taken (NaN/inf) adds none of
     its statistics, on any rank; the engine's, measured before any step, stay."""
-    algo, cfg = module.algo, module.cfg
-    stats: dict[str, list[tuple[int, int, float, float]]] = {k: [] for k in (*STAT_KEYS, *ENGINE_STAT_NAMES)}
+    stats: dict[str, list[Stat]] = {k: [] for k in (*STAT_KEYS, *ENGINE_STAT_NAMES)}
     grad_norms: list[float] = []
     opt = module.optimizers()
     params = [p for g in opt.param_groups for p in g["params"]]
     wrapper = module.trainer.strategy.model  # DDP's wrapper, or the module itself (FSDP, one process)
     scale = loss_scale * distributed.gradient_scale()
-    for epoch in range(cfg.algorithm.ppo_epochs):
+    for epoch in range(module.cfg.algorithm.ppo_epochs):
         for step, weight in enumerate(plan.weights):
             opt.zero_grad(set_to_none=True)
-            nonfinite = False
-            taken: dict[str, list[tuple[int, int, float, float]]] = {k: [] for k in STAT_KEYS}  # kept if the step is
-            mine = [m for m in plan.micro if m.step == step]
-            for k, mb in enumerate(mine):
-                # every rank runs len(mine) backwards: the strategy syncs gradients at the last one
-                with distributed.gradient_sync(wrapper, module, enabled=k == len(mine) - 1):
-                    key = (epoch, mb.order)
-                    mask = mb.tensors["response_mask"]
-                    tokens = float(mask.sum())
-                    entropy, logp, values = module.forward_sequences(mb.tensors, with_values=algo.use_critic)
-                    old = logp.detach() if mb.old_logp is None else mb.old_logp
-                    if epoch == 0 and "sample_logp" in mb.tensors and not mb.padding:
-                        # the engine sampled these tokens: measure (and correct for) its log-probs
-                        # against the trainer's, before any optimizer step of this update
-                        mb.token_weights, c = rollout_correction_weights(
-                            old, mb.tensors["sample_logp"], mask, cfg.algorithm.rollout_correction, cfg.algorithm.rollout_correction_cap
-                        )
-                        stats["engine_logp_abs_diff"].append((*key, c.logp_abs_diff * c.tokens, c.tokens))
-                        stats["rollout_is_ratio_mean"].append((*key, c.ratio_mean * c.tokens, c.tokens))
-                        stats["rollout_corrected_frac"].append((*key, c.corrected_frac * c.corrected_of, c.corrected_of))
-                    w = (
-                        0.0
-                        if mb.padding
-                        else weight.share * micro_batch_weight(algo.loss_agg_mode, tokens, weight.tokens, len(mb.members), weight.sequences)
-                    )
-                    terms = rl_objective(
-                        algo,
-                        entropy,
-                        logp,
-                        old,
-                        mb.advantages,
-                        mask,
-                        cfg.rollout.max_new_tokens,
-                        weight=w,
-                        ref_logp=mb.ref_logp if algo.kl_coef > 0 else None,
-                        values=values,
-                        value_targets=mb.value_targets if values is not None else None,
-                        old_values=mb.old_values if values is not None else None,
-                        token_weights=mb.token_weights,
-                    )
-                    loss = terms.total * scale
-                    # A NaN/inf loss skips the step, after the backwards every rank must still join.
-                    nonfinite = nonfinite or not bool(torch.isfinite(loss))
-                    module.manual_backward(loss)
-                    if not (mb.padding or nonfinite):
-                        losses = {"pg_loss": terms.policy.loss, "kl": terms.kl, "value_loss": terms.value_loss}
-                        for name, value in losses.items():
-                            if value is not None:
-                                taken[name].append(
-                                    (*key, *aggregation_pair(algo.loss_agg_mode, float(value.detach()), tokens, len(mb.members)))
-                                )
-                        policy = terms.policy
-                        means = {
-                            "entropy": terms.entropy,
-                            "clipfrac": policy.clipfrac,
-                            "lower_clipfrac": policy.lower_clipfrac,
-                            "approx_kl": policy.approx_kl,
-                        }
-                        for name, value in means.items():
-                            taken[name].append((*key, float(value) * tokens, tokens))
+            taken, nonfinite = _accumulate_step(module, wrapper, plan, epoch, step, weight, scale, stats)
             if distributed.any_rank(nonfinite):
                 opt.zero_grad(set_to_none=True)
                 return stats, grad_norms, True
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.algorithm.max_grad_norm)
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, module.cfg.algorithm.max_grad_norm)
             grad_norm = grad_norm.full_tensor() if hasattr(grad_norm, "full_tensor") else grad_norm  # FSDP: a DTensor
             if not torch.isfinite(grad_norm):
                 opt.zero_grad(set_to_none=True)
@@ -376,6 +318,98 @@ def optimise(module: LightningModule, plan: UpdatePlan, loss_scale: float) -> tu
             for name, entries in taken.items():
                 stats[name].extend(entries)
     return stats, grad_norms, False
+
+
+def _accumulate_step(
+    module: LightningModule,
+    wrapper: torch.nn.Module,
+    plan: UpdatePlan,
+    epoch: int,
+    step: int,
+    weight: StepWeight,
+    scale: float,
+    stats: dict[str, list[Stat]],
+) -> tuple[dict[str, list[Stat]], bool]:
+    """The backwards of one optimizer step's micro-batches on this rank, their gradients summed.
+    Returns the step's loss statistics, which count only if the step is taken, and whether a loss
+    was NaN/inf; the engine's statistics (epoch 0) go straight into ``stats``."""
+    taken: dict[str, list[Stat]] = {k: [] for k in STAT_KEYS}
+    nonfinite = False
+    mine = [m for m in plan.micro if m.step == step]
+    for k, mb in enumerate(mine):
+        # every rank runs len(mine) backwards: the strategy syncs gradients at the last one
+        with distributed.gradient_sync(wrapper, module, enabled=k == len(mine) - 1):
+            terms, tokens = _micro_batch_objective(module, mb, epoch, weight, stats)
+            loss = terms.total * scale
+            # A NaN/inf loss skips the step, after the backwards every rank must still join.
+            nonfinite = nonfinite or not bool(torch.isfinite(loss))
+            module.manual_backward(loss)
+            if not (mb.padding or nonfinite):
+                _record_terms(taken, (epoch, mb.order), terms, module.algo.loss_agg_mode, tokens, len(mb.members))
+    return taken, nonfinite
+
+
+def _micro_batch_objective(
+    module: LightningModule, mb: MicroBatch, epoch: int, weight: StepWeight, stats: dict[str, list[Stat]]
+) -> tuple[ObjectiveTerms, float]:
+    """One micro-batch's forward and RL objective at its share of the step's loss (0 for padding),
+    and its response tokens."""
+    algo, cfg = module.algo, module.cfg
+    mask = mb.tensors["response_mask"]
+    tokens = float(mask.sum())
+    entropy, logp, values = module.forward_sequences(mb.tensors, with_values=algo.use_critic)
+    old = logp.detach() if mb.old_logp is None else mb.old_logp
+    if epoch == 0 and "sample_logp" in mb.tensors and not mb.padding:
+        # the engine sampled these tokens: measure (and correct for) its log-probs
+        # against the trainer's, before any optimizer step of this update
+        mb.token_weights, c = rollout_correction_weights(
+            old, mb.tensors["sample_logp"], mask, cfg.algorithm.rollout_correction, cfg.algorithm.rollout_correction_cap
+        )
+        key = (epoch, mb.order)
+        stats["engine_logp_abs_diff"].append((*key, c.logp_abs_diff * c.tokens, c.tokens))
+        stats["rollout_is_ratio_mean"].append((*key, c.ratio_mean * c.tokens, c.tokens))
+        stats["rollout_corrected_frac"].append((*key, c.corrected_frac * c.corrected_of, c.corrected_of))
+    w = (
+        0.0
+        if mb.padding
+        else weight.share * micro_batch_weight(algo.loss_agg_mode, tokens, weight.tokens, len(mb.members), weight.sequences)
+    )
+    terms = rl_objective(
+        algo,
+        entropy,
+        logp,
+        old,
+        mb.advantages,
+        mask,
+        cfg.rollout.max_new_tokens,
+        weight=w,
+        ref_logp=mb.ref_logp if algo.kl_coef > 0 else None,
+        values=values,
+        value_targets=mb.value_targets if values is not None else None,
+        old_values=mb.old_values if values is not None else None,
+        token_weights=mb.token_weights,
+    )
+    return terms, tokens
+
+
+def _record_terms(
+    taken: dict[str, list[Stat]], key: tuple[int, int], terms: ObjectiveTerms, loss_agg_mode: str, tokens: float, sequences: int
+) -> None:
+    """A micro-batch's statistics as (weighted sum, weight) pairs: losses weighed as the gradient
+    weighs them, token means by tokens."""
+    losses = {"pg_loss": terms.policy.loss, "kl": terms.kl, "value_loss": terms.value_loss}
+    for name, value in losses.items():
+        if value is not None:
+            taken[name].append((*key, *aggregation_pair(loss_agg_mode, float(value.detach()), tokens, sequences)))
+    policy = terms.policy
+    means = {
+        "entropy": terms.entropy,
+        "clipfrac": policy.clipfrac,
+        "lower_clipfrac": policy.lower_clipfrac,
+        "approx_kl": policy.approx_kl,
+    }
+    for name, value in means.items():
+        taken[name].append((*key, float(value) * tokens, tokens))
 
 
 def summarise(
