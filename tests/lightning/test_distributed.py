@@ -189,3 +189,99 @@ def test_ddp_and_fsdp2_sync_to_the_one_process_gradient_on_two_gloo_processes():
                 torch.testing.assert_close(got[name], grad, rtol=1e-5, atol=1e-7, msg=f"{strategy} rank {rank} {name}")
         torch.testing.assert_close(results[rank]["decoded"], logits, rtol=1e-5, atol=1e-6)
         assert results[rank]["resharded"]
+
+
+# -- every policy loss through the update's objective and micro-batch weights, DDP and FSDP2 ---------------
+# The same dealing and sync as above, with the loss the update trains on (algorithms.rl_objective, each
+# micro-batch weighted by micro_batch_weight) instead of a stand-in: the one-process gradient of the whole
+# batch is what each strategy's ranks reach, for every registered policy loss under its own defaults
+# (GSPO's sequence ratio, CISPO's capped weights, SAPO's gate, the clipped loss's dual clip).
+
+
+def _token_logprobs(model, ids: torch.Tensor) -> torch.Tensor:
+    logp = torch.log_softmax(model(input_ids=ids).logits.float()[:, :-1], dim=-1)
+    return logp.gather(-1, ids[:, 1:, None])[..., 0]
+
+
+def _policy_batches() -> list[dict[str, torch.Tensor]]:
+    """Micro-batches with response masks, one advantage per sequence and old log-probs a little off the
+    untrained model's (so ratios move and some clips act)."""
+    g = torch.Generator().manual_seed(2)
+    model = _tiny_llama()
+    out = []
+    for ids in _micro_batches():
+        mask = (torch.rand(ids.shape[0], ids.shape[1] - 1, generator=g) < 0.7).float()
+        mask[:, -1] = 1.0  # every sequence has a response token
+        with torch.no_grad():
+            old = _token_logprobs(model, ids) + 0.3 * torch.randn(mask.shape, generator=g)
+        out.append({"ids": ids, "mask": mask, "old": old, "adv": torch.randn(ids.shape[0], generator=g)})
+    return out
+
+
+def _objective(model, mb: dict[str, torch.Tensor], algo, weight: float) -> torch.Tensor:
+    from agentcollapse.algorithms import rl_objective
+
+    logp = _token_logprobs(model, mb["ids"])
+    return rl_objective(algo, torch.zeros_like(logp), logp, mb["old"], mb["adv"], mb["mask"], logp.shape[1], weight).total
+
+
+def _weights(algo, batches) -> list[float]:
+    from agentcollapse.algorithms import micro_batch_weight
+
+    tokens = float(sum(b["mask"].sum() for b in batches))
+    seqs = sum(len(b["ids"]) for b in batches)
+    return [micro_batch_weight(algo.loss_agg_mode, float(b["mask"].sum()), tokens, len(b["ids"]), seqs) for b in batches]
+
+
+def _loss_algo(name: str):
+    from agentcollapse.algorithms import PRESETS, with_overrides
+
+    return with_overrides(PRESETS["grpo"], policy_loss=name, kl_coef=0.0, entropy_coef=0.0)
+
+
+def _policy_loss_strategies(rank: int, world_size: int) -> dict:
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from agentcollapse.algorithms import POLICY_LOSSES
+
+    every = _policy_batches()
+    shares = distributed.deal_evenly([b["ids"].numel() for b in every], world_size)
+    slots = max(len(s) for s in shares)
+    out = {}
+    for name in POLICY_LOSSES.names():
+        algo = _loss_algo(name)
+        weights = _weights(algo, every)
+        mine = [(every[k], weights[k]) for k in shares[rank]] + [(every[1], 0.0)] * (slots - len(shares[rank]))
+        for strategy in ("ddp", "fsdp"):
+            model = _tiny_llama()
+            if strategy == "ddp":
+                wrapper = torch.nn.parallel.DistributedDataParallel(model)
+            else:
+                distributed.shard_for_fsdp(model, [], init_device_mesh("cpu", (world_size,)), None)
+                wrapper = model
+            for k, (mb, weight) in enumerate(mine):
+                with distributed.gradient_sync(wrapper, model, enabled=k == len(mine) - 1):
+                    (_objective(wrapper, mb, algo, weight) * distributed.gradient_scale()).backward()
+            grads = {n: p.grad for n, p in model.named_parameters()}
+            out[name, strategy] = {n: g.full_tensor() if strategy == "fsdp" else g.clone() for n, g in grads.items()}
+    return out
+
+
+def test_every_policy_loss_reaches_the_one_process_gradient_under_ddp_and_fsdp2():
+    from agentcollapse.algorithms import POLICY_LOSSES
+
+    results = on_two_gloo_processes(_policy_loss_strategies)
+    assert {"gspo", "cispo", "sapo", "clipped"} <= set(POLICY_LOSSES.names())
+    every = _policy_batches()
+    for name in POLICY_LOSSES.names():
+        algo = _loss_algo(name)
+        model = _tiny_llama()
+        for mb, weight in zip(every, _weights(algo, every)):  # one process: every micro-batch, weighted
+            _objective(model, mb, algo, weight).backward()
+        expected = {n: p.grad for n, p in model.named_parameters()}
+        assert any(g.abs().sum() > 0 for g in expected.values()), name
+        for rank in (0, 1):
+            for strategy in ("ddp", "fsdp"):
+                got = results[rank][name, strategy]
+                for param, grad in expected.items():
+                    torch.testing.assert_close(got[param], grad, rtol=1e-5, atol=1e-7, msg=f"{name} {strategy} rank {rank} {param}")
