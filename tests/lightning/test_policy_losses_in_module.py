@@ -6,10 +6,13 @@ the micro-batch size. The formulas themselves: tests/algorithms/test_policy_loss
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
+import torch
 
 from agentcollapse.lightning import AgentRLModule
+from tests.lightning.test_filtering_in_module import RETURNS
 from tests.lightning.test_update_statistics import _updates
 
 
@@ -29,3 +32,47 @@ def test_each_policy_loss_updates_and_its_statistics_do_not_depend_on_micro_batc
     for size in (1, 2, 8):
         for key in keys:
             assert runs[size][key] == pytest.approx(whole[key], rel=1e-5, abs=1e-7), (size, key)
+
+
+FILTERS = sorted(p.stem for p in (Path(__file__).parents[2] / "conf" / "filter").glob("*.yaml"))
+
+
+def test_the_new_policy_losses_train_on_exactly_what_every_filter_keeps(make_cfg, tiny_policy):
+    """Every filter preset's selection (groups, a within-group trajectory mask, a loss scale) reaches
+    the new losses as it reaches the clipped one: the update trains on the kept trajectories' sequences
+    only, and the filter's loss scale (and any other) scales the gradient and nothing else. The losses
+    take the filters in turn (each meets three or four of them, one of the two trajectory-mask filters
+    among them), so the test stays a few seconds."""
+    from agentcollapse.lightning import Selection, SNRFilter
+    from tests.helpers import attach_to_trainer, hand_batch, snapshot
+
+    assert len(FILTERS) >= 10 and "within_group" in FILTERS and "trajectory" in FILTERS
+    start = snapshot(tiny_policy.model)
+
+    def update(cfg, batch, selection):
+        with torch.no_grad():
+            for n, p in tiny_policy.model.named_parameters():
+                p.copy_(start[n])
+        return attach_to_trainer(AgentRLModule(cfg, tiny_policy)).update(batch, selection)
+
+    batch = hand_batch(tiny_policy, RETURNS)
+    trained = []
+    for k, name in enumerate(FILTERS):
+        loss = ("gspo", "cispo", "sapo")[k % 3]
+        cfg = make_cfg(f"filter={name}", "rollout.num_prompts=4", f"algorithm.policy_loss={loss}", "algorithm.max_grad_norm=1e9")
+        module = attach_to_trainer(AgentRLModule(cfg, tiny_policy))
+        sel = SNRFilter.from_run_config(cfg).on_rollout(module, batch, 1).selection
+        if len(sel.groups) == 0:
+            continue
+        kept = len(sel.groups) * 4 if sel.trajectory_mask is None else int(sel.trajectory_mask[sel.groups].sum())
+        out = update(cfg, batch, sel)
+        assert out["actor/num_sequences"] == kept, name  # one turn per trajectory: one sequence each
+        assert math.isfinite(out["actor/pg_loss"]) and out["actor/grad_norm"] > 0, (name, loss)
+        half = update(cfg, batch, Selection(sel.groups, sel.trajectory_mask, 0.5 * sel.loss_scale))
+        assert half["actor/grad_norm"] == pytest.approx(0.5 * out["actor/grad_norm"], rel=1e-5), name
+        assert half["actor/pg_loss"] == out["actor/pg_loss"] and half["actor/clipfrac"] == out["actor/clipfrac"], name
+        trained.append(name)
+    assert len(trained) >= len(FILTERS) - 1, trained  # rv_* keep the 3 varying groups; quartile one group
+    with torch.no_grad():
+        for n, p in tiny_policy.model.named_parameters():
+            p.copy_(start[n])
