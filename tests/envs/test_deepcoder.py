@@ -1,5 +1,6 @@
 import json
 import random
+import time
 
 import pytest
 
@@ -145,9 +146,26 @@ def test_pregrading_a_batch_in_parallel_gives_the_same_rewards():
     sequential = [env.step(text)[1:3] for env, text in zip(batch(), answers)]
     envs_ = batch()
     DeepCoderEnv.pregrade(envs_, answers)
-    assert [env._pregraded is not None for env in envs_] == [True, True, False, False, True, True]
+    assert [env._pending is not None for env in envs_] == [True, True, False, False, True, True]
     assert [env.step(text)[1:3] for env, text in zip(envs_, answers)] == sequential
     assert [r for r, _ in sequential] == [1.0, 0.0, envs_[2].format_penalty, envs_[3].format_penalty, 0.0, 1.0]
+
+
+def test_submit_returns_at_once_and_the_next_step_waits_for_its_run():
+    slow = "import time\ntime.sleep(0.4)\n" + SUM  # 3 tests: ~1.2 s in the sandbox
+    env = _sum_env()
+    started = time.monotonic()
+    env.submit(slow)
+    assert time.monotonic() - started < 0.3 and env._pending is not None  # queued, not run here
+    _, reward, done, info = env.step(slow)
+    assert (reward, done, info["success"]) == (1.0, True, True) and env._pending is None
+    other = _sum_env()
+    other.submit(SUM)
+    assert other.step("print(0)")[1] == 0.0  # another text than the submitted one runs itself
+    fresh = _sum_env()
+    fresh.submit(SUM)
+    fresh.reset(1)  # a new episode forgets the last one's run
+    assert fresh._pending is None
 
 
 def test_demonstrations_are_grounded_and_the_env_solves_with_them():

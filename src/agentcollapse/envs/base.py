@@ -5,7 +5,8 @@
 info)`` with at least ``info["success"]`` and ``info["action_is_valid"]``. A turn that executes no
 valid action earns ``format_penalty`` (docs/method.md section 6). ``render_grid()`` is the state alone.
 ``demonstration(rng, ...)`` is the planner's (reasoning, answer) for the current state, used to
-warm-start the tiny policy and as a reference solver in tests.
+warm-start the tiny policy and as a reference solver in tests. ``submit(action_text)`` (optional)
+starts the work that the next ``step`` with that text needs, for a rollout to run a batch's in parallel.
 """
 
 from __future__ import annotations
@@ -60,6 +61,13 @@ class TextEnv(ABC):
             "turn": self.turn,
         }
         return self.observation(), float(reward), self.done, info
+
+    def submit(self, action_text: str) -> None:
+        """Start, without waiting, the work that ``step(action_text)`` will need, so that a rollout can
+        have a whole batch's work run in parallel (and beside its decoding) before stepping the envs one
+        by one; ``step`` then waits for it. DeepCoder queues the program on its sandbox's workers.
+        Nothing by default: ``step`` without a ``submit`` (or with another text) does all the work."""
+        return None
 
     @property
     def done(self) -> bool:

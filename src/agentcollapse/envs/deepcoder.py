@@ -27,6 +27,7 @@ import os
 import random
 import re
 import threading
+from concurrent.futures import Future
 from typing import Any, ClassVar
 
 from agentcollapse.envs import register
@@ -158,7 +159,7 @@ class DeepCoderEnv(SingleAnswerEnv):
         self.problem: CodeProblem | None = None
         self.feedback: str | None = None
         self.last_runs: list[TestRun] = []
-        self._pregraded: tuple[CodeProblem, str, list[TestRun]] | None = None
+        self._pending: tuple[CodeProblem, str, Future[list[TestRun]]] | None = None  # submit()'s run
 
     def _reset(self, seed: int) -> None:
         rng = random.Random(seed)
@@ -168,6 +169,7 @@ class DeepCoderEnv(SingleAnswerEnv):
             self.problem = generate_problem(rng, self.difficulty, self.style, self.num_tests)
         self.feedback = None
         self.last_runs = []
+        self._pending = None
 
     def _require_problem(self) -> CodeProblem:
         if self.problem is None:
@@ -198,9 +200,9 @@ class DeepCoderEnv(SingleAnswerEnv):
             # runs every one); not running it again keeps the planner's demonstrations cheap.
             self.feedback = None
             return 1.0, True, True, None
-        pregraded, self._pregraded = self._pregraded, None
-        if pregraded is not None and pregraded[0] is problem and pregraded[1] == program:
-            return self.score(pregraded[2])
+        pending, self._pending = self._pending, None
+        if pending is not None and pending[0] is problem and pending[1] == program:
+            return self.score(pending[2].result())  # submit() started it: wait for it
         runs = self.sandbox.run(program, [i for i, _ in problem.tests], problem.call, not self.partial_credit, self._check())
         return self.score(runs)
 
@@ -220,23 +222,28 @@ class DeepCoderEnv(SingleAnswerEnv):
         program, _ = compilable(code)
         return None if program is None else (program, [i for i, _ in problem.tests], problem.call)
 
+    def submit(self, action_text: str) -> None:
+        """Queue the program in ``action_text`` on the sandbox's ``workers`` (shared by every env of the
+        process) and return at once; the next ``step`` with the same text waits for that run instead of
+        running the program itself. A rollout that submits a batch's answers before stepping its envs
+        one by one waits for the slowest worker rather than for the sum of the runs. Answers that run
+        nothing (empty, not compiling, the generated reference) queue nothing."""
+        job = self._job(action_text if isinstance(action_text, str) else "")
+        if job is None:
+            self._pending = None
+            return
+        program, inputs, call = job
+        future = self.sandbox.submit(program, inputs, call, not self.partial_credit, self._check())
+        self._pending = (self._require_problem(), program, future)
+
     @staticmethod
     def pregrade(batch: list[DeepCoderEnv], answers: list[str]) -> None:
-        """Grade a batch's answers in parallel (the sandbox's ``workers`` at a time), so that each env's
-        next ``step`` with the same answer uses the result instead of running the program itself: a
-        rollout that calls this before stepping its batch one by one waits for the slowest worker
-        rather than for the sum."""
-        jobs = [(env, env._job(text)) for env, text in zip(batch, answers)]
-        by_sandbox: dict[tuple[int, bool], list[tuple[DeepCoderEnv, tuple[str, list[str], str | None]]]] = {}
-        for env, job in jobs:
-            if job is not None:
-                by_sandbox.setdefault((id(env.sandbox), env.partial_credit), []).append((env, job))
-        for group in by_sandbox.values():
-            sandbox = group[0][0].sandbox
-            stop_early = not group[0][0].partial_credit
-            results = sandbox.run_many([job for _, job in group], stop_early, [env._check() for env, _ in group])
-            for (env, job), runs in zip(group, results):
-                env._pregraded = (env._require_problem(), job[0], runs)
+        """Grade a batch's answers in parallel and wait for them all (``submit`` each, then every run)."""
+        for env, text in zip(batch, answers):
+            env.submit(text)
+        for env in batch:
+            if env._pending is not None:
+                env._pending[2].result()
 
     def score(self, runs: list[TestRun]) -> tuple[float, bool, bool, str | None]:
         """(reward, valid, success, reason) of a program's runs on this problem's tests, compared here."""

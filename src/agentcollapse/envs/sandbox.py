@@ -47,7 +47,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -225,10 +225,19 @@ class Sandbox:
         checks = list(checks) if checks is not None else [None] * len(jobs)
         if self.workers == 1 or len(jobs) <= 1:
             return [self.run(code, inputs, call, stop_early, check) for (code, inputs, call), check in zip(jobs, checks)]
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sandbox")
-        futures = [self._pool.submit(self.run, code, inputs, call, stop_early, check) for (code, inputs, call), check in zip(jobs, checks)]
+        futures = [self.submit(code, inputs, call, stop_early, check) for (code, inputs, call), check in zip(jobs, checks)]
         return [f.result() for f in futures]
+
+    def submit(
+        self, code: str, inputs: Sequence[str], call: str | None = None, stop_early: bool = False, check: Check | None = None
+    ) -> Future[list[TestRun]]:
+        """``run`` in the background: queued on the sandbox's ``workers`` threads (each waits on its
+        runner process, so the caller's thread, e.g. a rollout decoding, goes on); the result is the
+        future's. A run that raises hands its exception to ``result()``."""
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="sandbox")
+            return self._pool.submit(self.run, code, list(inputs), call, stop_early, check)
 
     def close(self) -> None:
         if self._pool is not None:
