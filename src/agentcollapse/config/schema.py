@@ -249,7 +249,8 @@ class AlgorithmConfig:
     name: str = opt("grpo", help="preset: grpo | dr_grpo | dapo | ppo (null fields below take the preset's value)")
     advantage: Optional[str] = opt(None, help="advantage estimator: grpo | dr_grpo | gae")
     loss_agg_mode: Optional[str] = opt(
-        None, help="loss aggregation: token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm"
+        None,
+        help="loss aggregation: token-mean | seq-mean-token-mean | seq-mean-token-sum | seq-mean-token-sum-norm (policy_loss=gspo: only seq-mean-token-mean is GSPO, the others weight a sequence by its length; docs/method.md 6.9)",
     )
     policy_loss: Optional[str] = opt(
         None,
