@@ -1,7 +1,10 @@
 """It learns: held-out success of the warm-started tiny policy before and after RL.
 
-    python -m benchmarks.bench_learning [--algorithms grpo,dr_grpo,dapo,ppo] [--seeds 0,1,2]
-                                        [--steps 40] [--episodes 200] [overrides ...]
+    python -m benchmarks.bench_learning [--algorithms grpo,dr_grpo,dapo,ppo,grpo+gspo,grpo+cispo,grpo+sapo]
+                                        [--seeds 0,1,2] [--steps 40] [--episodes 200] [overrides ...]
+
+An entry ``preset+loss`` is the preset with ``algorithm.policy_loss=loss`` (and that loss's own
+defaults: GSPO's clip 3e-4/4e-4, CISPO's cap 5, SAPO's gate), one row per loss.
 
 Each (algorithm, seed) is an ordinary training run (run records under benchmarks/results/learning/);
 its step-0 and final validation rows give success on the held-out maps (seeds 0..episodes-1) at
@@ -21,12 +24,23 @@ from agentcollapse.analysis.stats import wilson_interval
 from agentcollapse.run.checks import compose_run as compose_config
 from benchmarks.common import RESULTS, csv_list, timed
 
+LOSS_ROWS = ["grpo+gspo", "grpo+cispo", "grpo+sapo"]  # GRPO's advantages and KL under each other policy loss
+
+
+def algorithm_overrides(entry: str) -> list[str]:
+    """``grpo`` -> algorithm=grpo; ``grpo+gspo`` -> algorithm=grpo algorithm.policy_loss=gspo."""
+    preset, _, loss = entry.partition("+")
+    return [f"algorithm={preset}", *([f"algorithm.policy_loss={loss}"] if loss else [])]
+
+
 TEMPERATURES = {"val/success_rate_t1": "T=1.0", "val/success_rate": "T=0.5", "val/success_rate_greedy": "greedy"}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--algorithms", type=csv_list, default=["grpo", "dr_grpo", "dapo", "ppo"])
+    ap.add_argument(
+        "--algorithms", type=csv_list, default=["grpo", "dr_grpo", "dapo", "ppo", *LOSS_ROWS], help="presets; preset+loss for a policy loss"
+    )
     ap.add_argument("--seeds", type=lambda t: [int(x) for x in csv_list(t)], default=[0, 1, 2])
     ap.add_argument("--steps", type=int, default=40, help="RL iterations per run")
     ap.add_argument("--episodes", type=int, default=200, help="held-out maps evaluated before and after")
@@ -43,7 +57,7 @@ def main() -> None:
             run_dir = Path(args.out) / stamp / f"{algo}-seed{seed}"
             cfg = compose_config(
                 [
-                    f"algorithm={algo}",
+                    *algorithm_overrides(algo),
                     f"seed={seed}",
                     f"trainer.max_steps={args.steps}",
                     f"trainer.val_every={args.steps}",
