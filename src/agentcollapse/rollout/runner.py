@@ -1,7 +1,14 @@
-"""Multi-turn rollouts: P prompts x G trajectories, all live trajectories decoded together each turn."""
+"""Multi-turn rollouts: P prompts x G trajectories, all live trajectories decoded together each turn.
+
+:func:`collect_rollouts` reads as its four jobs: start every trajectory (:func:`_start_trajectories`),
+choose who decodes a turn (:func:`_turn_decoder`: the policy's own ``generate``, or a vLLM engine),
+then turn by turn decode every live trajectory and play each response in its env
+(:func:`_play_turn`), carrying each trajectory's KV cache to its next turn (:class:`_CarriedCaches`).
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 
@@ -16,6 +23,25 @@ from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
 from agentcollapse.rollout.generate import RowCache, generate
 from agentcollapse.rollout.vllm_engine import VLLMEngine
 from agentcollapse.seeds import trajectory_stream_seed, turn_sample_seed
+
+
+@dataclasses.dataclass(frozen=True)
+class _LiveTrajectory:
+    """A trajectory whose episode goes on: where it sits in the batch, its env and its next turn's input."""
+
+    index: int  # into the batch's trajectories
+    env: TextEnv
+    context_ids: list[int]  # this turn's context
+    user_content: str  # this turn's user message (the turn records it as its observation)
+    generator: torch.Generator  # its random stream (the policy's decoding draws from it)
+    stream_seed: int  # the same stream's seed (the engine derives each turn's seed from it)
+    temperature: float
+    turn: int = 0  # turns played so far
+    window_start: bool = False  # this context was re-rendered at a window start (rollout.context=window)
+
+
+# responses, caches, engine log-probs: one each per live trajectory
+TurnOutput = tuple[list[list[int]], list[RowCache | None], list[list[float] | None]]
 
 
 def collect_rollouts(
@@ -46,108 +72,177 @@ def collect_rollouts(
     window) sets which past turns each context shows (``models.context.turn_context_ids``); a turn
     whose context was re-rendered at a window start is marked ``window_start``."""
     started = time.perf_counter()
-    mode = context  # ``context`` names each trajectory's context ids below
-    history_start(0, mode, context_turns)  # an unknown mode or a window without turns: ValueError
-    per_seed = [float(temperature)] * len(env_seeds) if isinstance(temperature, (int, float)) else [float(t) for t in temperature]
-    if len(per_seed) != len(env_seeds):
-        raise ValueError(f"{len(per_seed)} temperatures for {len(env_seeds)} env seeds")
-    tok = policy.tokenizer
-    pad_id = pad_token_id(tok)
-    # live: (trajectory index, env, this turn's context ids, its user message, random stream)
-    trajectories, live, temps, stream_seeds = [], [], [], []  # temps, stream seeds: one per trajectory
-    for p, seed in enumerate(env_seeds):
-        for _ in range(group_size):
-            env = make_env()
-            obs = env.reset(int(seed))
-            context, messages = first_context_ids(tok, env.system_prompt, obs)
-            traj = Trajectory(group=p, env_seed=int(seed))
-            stream_seeds.append(trajectory_stream_seed(sample_seed, stream_offset + len(trajectories)))
-            generator = torch.Generator().manual_seed(stream_seeds[-1])
-            live.append((len(trajectories), env, context, messages[-1]["content"], generator))
-            temps.append(per_seed[p])
-            trajectories.append(traj)
+    history_start(0, context, context_turns)  # an unknown mode or a window without turns: ValueError
+    per_seed = _temperatures(temperature, len(env_seeds))
+    trajectories, live = _start_trajectories(policy, make_env, env_seeds, group_size, per_seed, sample_seed, stream_offset)
     generated_tokens = 0
     was_training = policy.model.training
     policy.model.eval()
-    decoder = policy.decoding_model() if engine is None else None
-    reuse = policy.reuse_kv_across_turns and engine is None
-    stop_string = policy.stop_text.text if policy.stop_text is not None else None
-    # Per live trajectory: the tokens its cache covers (last context + response but its last token)
-    # and that cache; the next context starts with those tokens, so only the rest is encoded.
-    cached: dict[int, tuple[list[int], RowCache]] = {}
-    window_start: dict[int, bool] = {}  # live trajectory -> was its current context re-rendered
+    decode_turn = _turn_decoder(policy, engine, max_new_tokens, generation_batch_size)
+    carried = _CarriedCaches(enabled=policy.reuse_kv_across_turns and engine is None)  # vLLM caches prefixes itself
     try:
         while live:
-            contexts = [context for _, _, context, _, _ in live]
-            prefixes = [reusable_prefix(cached.get(index), ids) for (index, *_), ids in zip(live, contexts)]
-            responses: list[list[int]] = []
-            caches: list[RowCache | None] = []
-            logprobs: list[list[float] | None] = [None] * len(live)
-            if engine is not None:  # vLLM batches and caches prefixes itself
-                turn_seeds = [turn_sample_seed(stream_seeds[index], len(trajectories[index].turns)) for index, *_ in live]
-                responses, logprobs = engine.generate(
-                    contexts, turn_seeds, [temps[index] for index, *_ in live], max_new_tokens, policy.stop_ids, stop_string
-                )
-                caches = [None] * len(live)
-            for start in range(0, len(live) if engine is None else 0, generation_batch_size):
-                chunk = slice(start, start + generation_batch_size)
-                new_tokens, new_caches = generate(
-                    decoder,
-                    contexts[chunk],
-                    [g for *_, g in live[chunk]],
-                    [temps[index] for index, *_ in live[chunk]],
-                    max_new_tokens,
-                    policy.stop_ids,
-                    pad_id,
-                    stop_text=policy.stop_text,
-                    prefixes=prefixes[chunk] if reuse else None,
-                    keep_cache=reuse,
-                )
-                responses += new_tokens
-                caches += new_caches
-            cached.clear()
+            responses, caches, logprobs = decode_turn(live, carried.prefixes(live))
             still_live = []
-            for (index, env, context_ids, user_content, gen), response_ids, cache, sample_logprobs in zip(
-                live, responses, caches, logprobs
-            ):
+            for t, response_ids, cache, sample_logprobs in zip(live, responses, caches, logprobs):
                 generated_tokens += len(response_ids)
-                text = policy.response_text(response_ids)
-                parsed = parse_response(text)
-                grounding = env.grounding(parsed.think) if parsed.think else None  # before the state moves
-                obs, reward, done, info = env.step(parsed.answer if parsed.format_valid else "")
-                traj = trajectories[index]
-                traj.turns.append(
-                    Turn(
-                        context_ids=context_ids,
-                        response_ids=list(response_ids),
-                        response_text=text,
-                        think=parsed.think,
-                        answer=parsed.answer,
-                        format_valid=parsed.format_valid,
-                        action_is_valid=bool(info["action_is_valid"]),
-                        reward=reward,
-                        grounding=grounding,
-                        observation=user_content,
-                        sample_logprobs=sample_logprobs,
-                        window_start=window_start.pop(index, False),
-                    )
-                )
-                traj.success = bool(info["success"])
-                if not done:
-                    user_next = next_user_message(env.turn + 1, reward, obs)
-                    past = [(t.observation, t.response_text) for t in traj.turns]
-                    ids, window_start[index] = turn_context_ids(
-                        tok, mode, context_turns, env.system_prompt, past, context_ids, list(response_ids), user_next
-                    )
-                    still_live.append((index, env, ids, user_next, gen))
-                    if cache is not None:
-                        cached[index] = (context_ids + list(response_ids[:-1]), cache)
+                following = _play_turn(policy, t, trajectories[t.index], response_ids, sample_logprobs, context, context_turns)
+                if following is not None:
+                    still_live.append(following)
+                    carried.keep(t.index, t.context_ids, response_ids, cache)
             live = still_live
     finally:
         policy.model.train(was_training)
     elapsed = time.perf_counter() - started
     batch = RolloutBatch(trajectories=trajectories, num_prompts=len(env_seeds), group_size=group_size)
     return batch, {"perf/rollout_time_s": elapsed, "perf/rollout_tokens_per_s": generated_tokens / max(elapsed, 1e-9)}
+
+
+def _temperatures(temperature: float | Sequence[float], num_seeds: int) -> list[float]:
+    """One sampling temperature per env seed."""
+    per_seed = [float(temperature)] * num_seeds if isinstance(temperature, (int, float)) else [float(t) for t in temperature]
+    if len(per_seed) != num_seeds:
+        raise ValueError(f"{len(per_seed)} temperatures for {num_seeds} env seeds")
+    return per_seed
+
+
+def _start_trajectories(
+    policy: Policy,
+    make_env: Callable[[], TextEnv],
+    env_seeds: Sequence[int],
+    group_size: int,
+    per_seed: list[float],
+    sample_seed: int,
+    stream_offset: int,
+) -> tuple[list[Trajectory], list[_LiveTrajectory]]:
+    """Every trajectory, empty, and its first turn's input: a fresh env reset to its group's seed, in
+    batch order (group by group), trajectory ``i`` on random stream ``stream_offset + i``."""
+    trajectories: list[Trajectory] = []
+    live: list[_LiveTrajectory] = []
+    for p, seed in enumerate(env_seeds):
+        for _ in range(group_size):
+            env = make_env()
+            obs = env.reset(int(seed))
+            context_ids, messages = first_context_ids(policy.tokenizer, env.system_prompt, obs)
+            stream_seed = trajectory_stream_seed(sample_seed, stream_offset + len(trajectories))
+            generator = torch.Generator().manual_seed(stream_seed)
+            live.append(_LiveTrajectory(len(trajectories), env, context_ids, messages[-1]["content"], generator, stream_seed, per_seed[p]))
+            trajectories.append(Trajectory(group=p, env_seed=int(seed)))
+    return trajectories, live
+
+
+def _turn_decoder(
+    policy: Policy, engine: VLLMEngine | None, max_new_tokens: int, generation_batch_size: int
+) -> Callable[[list[_LiveTrajectory], list[RowCache | None] | None], TurnOutput]:
+    """What decodes one turn of every live trajectory: the vLLM ``engine`` where given (its own
+    batching and prefix cache; each trajectory's turn seeded from its stream and turn number, log-probs
+    returned), else the
+    policy's decoding model in chunks of ``generation_batch_size`` trajectories, each drawing from its
+    own generator and, with ``prefixes``, encoding only what its carried cache does not cover."""
+    stop_string = policy.stop_text.text if policy.stop_text is not None else None
+    if engine is not None:
+
+        def decode_with_engine(live: list[_LiveTrajectory], prefixes: object) -> TurnOutput:
+            contexts = [t.context_ids for t in live]
+            turn_seeds = [turn_sample_seed(t.stream_seed, t.turn) for t in live]
+            responses, logprobs = engine.generate(
+                contexts, turn_seeds, [t.temperature for t in live], max_new_tokens, policy.stop_ids, stop_string
+            )
+            return responses, [None] * len(live), logprobs
+
+        return decode_with_engine
+    decoder = policy.decoding_model()
+    pad_id = pad_token_id(policy.tokenizer)
+
+    def decode_with_policy(live: list[_LiveTrajectory], prefixes: list[RowCache | None] | None) -> TurnOutput:
+        responses: list[list[int]] = []
+        caches: list[RowCache | None] = []
+        for start in range(0, len(live), generation_batch_size):
+            chunk = live[start : start + generation_batch_size]
+            new_tokens, new_caches = generate(
+                decoder,
+                [t.context_ids for t in chunk],
+                [t.generator for t in chunk],
+                [t.temperature for t in chunk],
+                max_new_tokens,
+                policy.stop_ids,
+                pad_id,
+                stop_text=policy.stop_text,
+                prefixes=None if prefixes is None else prefixes[start : start + generation_batch_size],
+                keep_cache=prefixes is not None,
+            )
+            responses += new_tokens
+            caches += new_caches
+        return responses, caches, [None] * len(live)
+
+    return decode_with_policy
+
+
+class _CarriedCaches:
+    """Per live trajectory, the KV cache its last turn left and the tokens it covers (last context +
+    response but its last token). The next context starts with those tokens, so only the rest is
+    encoded. Disabled (``rollout.reuse_kv=false``, or a vLLM engine): no prefixes, nothing kept."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._by_trajectory: dict[int, tuple[list[int], RowCache]] = {}
+
+    def prefixes(self, live: list[_LiveTrajectory]) -> list[RowCache | None] | None:
+        """Each live trajectory's reusable prefix for this turn (None: encode it all); the carried
+        caches are handed over, so a trajectory that ends this turn frees its cache."""
+        if not self.enabled:
+            return None
+        out = [reusable_prefix(self._by_trajectory.get(t.index), t.context_ids) for t in live]
+        self._by_trajectory.clear()
+        return out
+
+    def keep(self, index: int, context_ids: list[int], response_ids: Sequence[int], cache: RowCache | None) -> None:
+        """Carry a continuing trajectory's cache of this turn to its next turn."""
+        if cache is not None:
+            self._by_trajectory[index] = (context_ids + list(response_ids[:-1]), cache)
+
+
+def _play_turn(
+    policy: Policy,
+    live: _LiveTrajectory,
+    traj: Trajectory,
+    response_ids: Sequence[int],
+    sample_logprobs: list[float] | None,
+    mode: str,
+    context_turns: int,
+) -> _LiveTrajectory | None:
+    """Play one response: parse it, step the env with its answer and record the turn in ``traj``.
+    Returns the trajectory's next turn (its context per ``mode``), or None when the episode ended."""
+    env = live.env
+    text = policy.response_text(response_ids)
+    parsed = parse_response(text)
+    grounding = env.grounding(parsed.think) if parsed.think else None  # before the state moves
+    obs, reward, done, info = env.step(parsed.answer if parsed.format_valid else "")
+    traj.turns.append(
+        Turn(
+            context_ids=live.context_ids,
+            response_ids=list(response_ids),
+            response_text=text,
+            think=parsed.think,
+            answer=parsed.answer,
+            format_valid=parsed.format_valid,
+            action_is_valid=bool(info["action_is_valid"]),
+            reward=reward,
+            grounding=grounding,
+            observation=live.user_content,
+            sample_logprobs=sample_logprobs,
+            window_start=live.window_start,
+        )
+    )
+    traj.success = bool(info["success"])
+    if done:
+        return None
+    user_next = next_user_message(env.turn + 1, reward, obs)
+    past = [(t.observation, t.response_text) for t in traj.turns]
+    ids, window_start = turn_context_ids(
+        policy.tokenizer, mode, context_turns, env.system_prompt, past, live.context_ids, list(response_ids), user_next
+    )
+    return dataclasses.replace(live, context_ids=ids, user_content=user_next, turn=live.turn + 1, window_start=window_start)
 
 
 def reusable_prefix(cached: tuple[list[int], RowCache] | None, context_ids: list[int]) -> RowCache | None:
