@@ -11,6 +11,7 @@ from agentcollapse.envs.deepcoder_problems import _TASKS, CodeProblem, generate_
 from agentcollapse.envs.sandbox import Sandbox
 from agentcollapse.errors import UserError
 from agentcollapse.models.tokenizer import build_tokenizer
+from agentcollapse.seeds import TRAIN_SEED_BASE
 
 pytestmark = pytest.mark.xdist_group("sandbox")  # with tests/envs/test_sandbox.py, whose leftover checks see all sandboxes
 
@@ -252,8 +253,10 @@ def test_real_problem_files_load_and_grade(tmp_path):
         env.reset(0)
         env.problem = problem
         assert env.step("print(0)")[1] == 0.0
-    seen = {env.reset(seed) for seed in range(40)}
-    assert len(seen) == 4
+    # a tenth (here one problem) held out: evaluation seeds ask only it, training seeds only the others
+    assert len(env.heldout_problems) == 1 and len(env.problems) == 3
+    assert {_asked(env, seed) for seed in range(40)} == {p.statement for p in env.heldout_problems}
+    assert {_asked(env, TRAIN_SEED_BASE + seed) for seed in range(40)} == {p.statement for p in env.problems}
     again = envs.from_config(EnvConfig(name="deepcoder", data_path=str(path)))
     assert again.problems is env.problems  # read once per process (a batch builds many envs)
     _write(path, RECORDS[:1])
@@ -262,6 +265,42 @@ def test_real_problem_files_load_and_grade(tmp_path):
     env.problem = problems[0]
     with pytest.raises(UserError, match="no reference solution"):
         env.demonstration(random.Random(0))
+
+
+def _asked(env, seed):
+    env.reset(seed)
+    return env.problem.statement
+
+
+def _numbered(n):
+    return [json.dumps({"problem": f"Print {i} .", "tests": [{"input": "", "output": f"{i}\n"}]}) for i in range(n)]
+
+
+def test_a_single_file_holds_out_a_tenth_whatever_its_order(tmp_path):
+    lines = _numbered(30)
+    first = envs.make("deepcoder", data_path=str(_write(tmp_path / "a.jsonl", lines)))
+    shuffled = envs.make("deepcoder", data_path=str(_write(tmp_path / "b.jsonl", lines[::-1])))
+    held = {p.statement for p in first.heldout_problems}
+    assert len(held) == 3 and held == {p.statement for p in shuffled.heldout_problems}
+    assert not held & {p.statement for p in first.problems} and len(first.problems) == 27
+    assert {_asked(first, seed) for seed in range(100)} <= held
+    assert {_asked(first, TRAIN_SEED_BASE + seed) for seed in range(100)}.isdisjoint(held)
+    one = envs.make("deepcoder", data_path=str(_write(tmp_path / "one.jsonl", lines[:1])))
+    assert one.problems == one.heldout_problems  # nothing to hold out apart
+
+
+def test_a_directory_brings_its_own_train_and_test_files(tmp_path):
+    lines = _numbered(6)
+    _write(tmp_path / "train.jsonl", lines[:4])
+    _write(tmp_path / "test.jsonl", lines[4:])
+    env = envs.make("deepcoder", data_path=str(tmp_path))
+    assert [p.statement for p in env.heldout_problems] == ["Print 4 .", "Print 5 ."] and len(env.problems) == 4
+    assert {_asked(env, seed) for seed in range(30)} == {"Print 4 .", "Print 5 ."}
+    assert {_asked(env, TRAIN_SEED_BASE + seed) for seed in range(60)} == {f"Print {i} ." for i in range(4)}
+    (tmp_path / "test.jsonl").unlink()
+    with pytest.raises(UserError, match="without test.jsonl") as err:
+        envs.make("deepcoder", data_path=str(tmp_path))
+    assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,10 @@ again, until it passes or the turns run out.
 Programs run in ``envs.sandbox`` (``sandbox="strict"`` refuses to start without every layer,
 ``"best_effort"`` says once what is missing); the expected outputs stay in this process and outputs
 are compared here. Problems: the generated family (``deepcoder_problems.generate_problem``) or, with
-``data_path``, a JSON Lines file of real problems (``deepcoder_problems.load_problems``).
+``data_path``, real problems (``deepcoder_problems.load_problems``): a JSON Lines file, of which a tenth
+is held out (``split_problems``), or a directory holding ``train.jsonl`` and ``test.jsonl``. Held-out
+(evaluation) seeds, those below ``seeds.TRAIN_SEED_BASE``, draw from the held-out problems; training
+and warm-start seeds from the rest, so an evaluation never asks a problem the policy trained on.
 """
 
 from __future__ import annotations
@@ -41,10 +44,12 @@ from agentcollapse.envs.deepcoder_problems import (
     generate_problem,
     load_problems,
     reference_program,
+    split_problems,
     tasks_for,
 )
 from agentcollapse.envs.sandbox import MODES, OK, Check, Limits, Sandbox, SandboxUnavailable, TestRun, outputs_match
 from agentcollapse.errors import UserError
+from agentcollapse.seeds import TRAIN_SEED_BASE
 
 MAX_CODE_CHARS = 20_000
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n?(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -86,6 +91,39 @@ def _problems_of(path: str) -> list[CodeProblem]:
 @functools.lru_cache(maxsize=4)
 def _load_cached(path: str, mtime_ns: int, size: int) -> list[CodeProblem]:
     return load_problems(path)
+
+
+TRAIN_FILE, TEST_FILE = "train.jsonl", "test.jsonl"
+
+
+def problem_splits(data_path: str) -> tuple[list[CodeProblem], list[CodeProblem]]:
+    """(training, held-out) real problems of ``env.data_path``: a directory's ``train.jsonl`` and
+    ``test.jsonl``, or one file split by ``split_problems`` (read and split once per version of the file)."""
+    root = os.path.expanduser(str(data_path))
+    if os.path.isdir(root):
+        missing = [name for name in (TRAIN_FILE, TEST_FILE) if not os.path.isfile(os.path.join(root, name))]
+        if missing:
+            raise UserError(
+                f"env.data_path={data_path!r} is a directory without {' and '.join(missing)}; it needs {TRAIN_FILE} "
+                f"(training problems) and {TEST_FILE} (held-out ones), or name one JSON Lines file (README.md, DeepCoder)"
+            )
+        return _problems_of(os.path.join(root, TRAIN_FILE)), _problems_of(os.path.join(root, TEST_FILE))
+    problems = _problems_of(root)
+    return _split_cached(id(problems), problems)
+
+
+_SPLITS: dict[int, tuple[list[CodeProblem], tuple[list[CodeProblem], list[CodeProblem]]]] = {}
+
+
+def _split_cached(key: int, problems: list[CodeProblem]) -> tuple[list[CodeProblem], list[CodeProblem]]:
+    """``split_problems`` of a loaded file, once per loaded list (``_problems_of`` caches the lists)."""
+    with _SANDBOX_LOCK:
+        hit = _SPLITS.get(key)
+        if hit is None or hit[0] is not problems:  # the id of a list since freed may come back
+            if len(_SPLITS) >= 8:
+                _SPLITS.clear()
+            hit = _SPLITS[key] = (problems, split_problems(problems))
+        return hit[1]
 
 
 def shared_sandbox(mode: str, limits: Limits, workers: int) -> Sandbox:
@@ -154,7 +192,11 @@ class DeepCoderEnv(SingleAnswerEnv):
         self.difficulty, self.style, self.num_tests = int(difficulty), style, int(num_tests)
         self.max_turns = self.max_actions = int(max_turns)
         self.partial_credit = bool(partial_credit)
-        self.problems: list[CodeProblem] | None = _problems_of(data_path) if data_path is not None else None
+        # real problems: (training, held-out); None: the generated family
+        self.problems: list[CodeProblem] | None = None
+        self.heldout_problems: list[CodeProblem] | None = None
+        if data_path is not None:
+            self.problems, self.heldout_problems = problem_splits(data_path)
         self.sandbox = shared_sandbox(sandbox, limits, int(workers))
         self.problem: CodeProblem | None = None
         self.feedback: str | None = None
@@ -163,8 +205,9 @@ class DeepCoderEnv(SingleAnswerEnv):
 
     def _reset(self, seed: int) -> None:
         rng = random.Random(seed)
-        if self.problems is not None:
-            self.problem = self.problems[rng.randrange(len(self.problems))]
+        if self.problems is not None and self.heldout_problems is not None:
+            pool = self.heldout_problems if seed < TRAIN_SEED_BASE else self.problems
+            self.problem = pool[rng.randrange(len(pool))]
         else:
             self.problem = generate_problem(rng, self.difficulty, self.style, self.num_tests)
         self.feedback = None
