@@ -158,3 +158,36 @@ def test_reusing_the_kv_cache_across_turns_changes_no_token(tiny_policy):
     turns = [t for a in full.trajectories for t in a.turns]
     assert any(len(a.turns) > 1 for a in full.trajectories)  # later turns did reuse a cache
     assert tokens_encoded < sum(len(t.context_ids) for t in turns)
+
+
+def test_each_decoded_chunk_submits_its_answers_before_any_env_steps(tiny_policy):
+    """``TextEnv.submit`` (DeepCoder's parallel grading) gets each env's answer, the text it is then
+    stepped with, as soon as its chunk is decoded: a whole turn's answers are submitted before the
+    first env of that turn steps, and no env steps without its submit."""
+    from agentcollapse.envs.frozenlake import FrozenLakeEnv
+
+    events: list[tuple[str, int, str]] = []
+
+    class Recording(FrozenLakeEnv):
+        def submit(self, action_text: str) -> None:
+            events.append(("submit", id(self), action_text))
+
+        def step(self, action_text: str):
+            events.append(("step", id(self), action_text))
+            return super().step(action_text)
+
+    batch, perf = collect_rollouts(
+        tiny_policy, Recording, [11, 12], group_size=3, temperature=1.0, max_new_tokens=12, sample_seed=3, generation_batch_size=2
+    )
+    turns = sum(len(traj.turns) for traj in batch.trajectories)
+    assert sum(kind == "submit" for kind, *_ in events) == sum(kind == "step" for kind, *_ in events) == turns
+    # turn 1: all 6 trajectories' answers are submitted (3 chunks of 2) before the first env steps
+    assert [kind for kind, *_ in events[:12]] == ["submit"] * 6 + ["step"] * 6
+    assert [e[1:] for e in events[:6]] == [e[1:] for e in events[6:12]]
+    last_submitted: dict[int, str] = {}
+    for kind, env, text in events:  # every step with the text its env submitted last
+        if kind == "submit":
+            last_submitted[env] = text
+        else:
+            assert last_submitted.pop(env) == text
+    assert 0.0 <= perf["perf/rollout_env_time_s"] <= perf["perf/rollout_time_s"]

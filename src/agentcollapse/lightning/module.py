@@ -180,7 +180,11 @@ class AgentRLModule(L.LightningModule):
         # The slowest rank bounds the phase; throughput is every rank's tokens over that time.
         elapsed = max(p["perf/rollout_time_s"] for _, p in parts)
         tokens = sum(p["perf/rollout_tokens_per_s"] * p["perf/rollout_time_s"] for _, p in parts)
-        perf = {"perf/rollout_time_s": elapsed, "perf/rollout_tokens_per_s": tokens / max(elapsed, 1e-9)}
+        perf = {
+            "perf/rollout_time_s": elapsed,
+            "perf/rollout_tokens_per_s": tokens / max(elapsed, 1e-9),
+            "perf/rollout_env_time_s": max(p["perf/rollout_env_time_s"] for _, p in parts),
+        }
         return RolloutBatch.concat([b for b, _ in parts]), perf
 
     def dynamic_sample(self, rollout: RolloutBatch) -> tuple[RolloutBatch, dict[str, float]]:

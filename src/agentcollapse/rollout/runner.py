@@ -42,6 +42,8 @@ class _LiveTrajectory:
 
 # responses, caches, engine log-probs: one each per live trajectory
 TurnOutput = tuple[list[list[int]], list[RowCache | None], list[list[float] | None]]
+# called with each chunk of live trajectories and their responses as soon as they are decoded
+OnDecoded = Callable[[list["_LiveTrajectory"], list[list[int]]], None]
 
 
 def collect_rollouts(
@@ -80,22 +82,44 @@ def collect_rollouts(
     policy.model.eval()
     decode_turn = _turn_decoder(policy, engine, max_new_tokens, generation_batch_size)
     carried = _CarriedCaches(enabled=policy.reuse_kv_across_turns and engine is None)  # vLLM caches prefixes itself
+    env_time = [0.0]  # seconds in the envs: submitting answers, then stepping (and waiting for what they submitted)
+
+    def submit(chunk: list[_LiveTrajectory], responses: list[list[int]]) -> None:
+        t0 = time.perf_counter()
+        _submit_answers(policy, chunk, responses)
+        env_time[0] += time.perf_counter() - t0
+
     try:
         while live:
-            responses, caches, logprobs = decode_turn(live, carried.prefixes(live))
+            responses, caches, logprobs = decode_turn(live, carried.prefixes(live), submit)
             still_live = []
+            t0 = time.perf_counter()
             for t, response_ids, cache, sample_logprobs in zip(live, responses, caches, logprobs):
                 generated_tokens += len(response_ids)
                 following = _play_turn(policy, t, trajectories[t.index], response_ids, sample_logprobs, context, context_turns)
                 if following is not None:
                     still_live.append(following)
                     carried.keep(t.index, t.context_ids, response_ids, cache)
+            env_time[0] += time.perf_counter() - t0
             live = still_live
     finally:
         policy.model.train(was_training)
     elapsed = time.perf_counter() - started
     batch = RolloutBatch(trajectories=trajectories, num_prompts=len(env_seeds), group_size=group_size)
-    return batch, {"perf/rollout_time_s": elapsed, "perf/rollout_tokens_per_s": generated_tokens / max(elapsed, 1e-9)}
+    return batch, {
+        "perf/rollout_time_s": elapsed,
+        "perf/rollout_tokens_per_s": generated_tokens / max(elapsed, 1e-9),
+        "perf/rollout_env_time_s": env_time[0],
+    }
+
+
+def _submit_answers(policy: Policy, live: list[_LiveTrajectory], responses: list[list[int]]) -> None:
+    """Start each env's work for its response before the envs are stepped one by one
+    (``TextEnv.submit``: DeepCoder queues the program on its sandbox's workers, which then run beside
+    the decoding of the next chunk and each other), with the text ``_play_turn`` will step it with."""
+    for t, response_ids in zip(live, responses):
+        parsed = parse_response(policy.response_text(response_ids))
+        t.env.submit(parsed.answer if parsed.format_valid else "")
 
 
 def _temperatures(temperature: float | Sequence[float], num_seeds: int) -> list[float]:
@@ -133,28 +157,30 @@ def _start_trajectories(
 
 def _turn_decoder(
     policy: Policy, engine: VLLMEngine | None, max_new_tokens: int, generation_batch_size: int
-) -> Callable[[list[_LiveTrajectory], list[RowCache | None] | None], TurnOutput]:
+) -> Callable[[list[_LiveTrajectory], list[RowCache | None] | None, OnDecoded], TurnOutput]:
     """What decodes one turn of every live trajectory: the vLLM ``engine`` where given (its own
     batching and prefix cache; each trajectory's turn seeded from its stream and turn number, log-probs
     returned), else the
     policy's decoding model in chunks of ``generation_batch_size`` trajectories, each drawing from its
-    own generator and, with ``prefixes``, encoding only what its carried cache does not cover."""
+    own generator and, with ``prefixes``, encoding only what its carried cache does not cover. Each
+    decoded chunk goes to ``on_decoded`` before the next is decoded (the engine's batch is one chunk)."""
     stop_string = policy.stop_text.text if policy.stop_text is not None else None
     if engine is not None:
 
-        def decode_with_engine(live: list[_LiveTrajectory], prefixes: object) -> TurnOutput:
+        def decode_with_engine(live: list[_LiveTrajectory], prefixes: object, on_decoded: OnDecoded) -> TurnOutput:
             contexts = [t.context_ids for t in live]
             turn_seeds = [turn_sample_seed(t.stream_seed, t.turn) for t in live]
             responses, logprobs = engine.generate(
                 contexts, turn_seeds, [t.temperature for t in live], max_new_tokens, policy.stop_ids, stop_string
             )
+            on_decoded(live, responses)
             return responses, [None] * len(live), logprobs
 
         return decode_with_engine
     decoder = policy.decoding_model()
     pad_id = pad_token_id(policy.tokenizer)
 
-    def decode_with_policy(live: list[_LiveTrajectory], prefixes: list[RowCache | None] | None) -> TurnOutput:
+    def decode_with_policy(live: list[_LiveTrajectory], prefixes: list[RowCache | None] | None, on_decoded: OnDecoded) -> TurnOutput:
         responses: list[list[int]] = []
         caches: list[RowCache | None] = []
         for start in range(0, len(live), generation_batch_size):
@@ -171,6 +197,7 @@ def _turn_decoder(
                 prefixes=None if prefixes is None else prefixes[start : start + generation_batch_size],
                 keep_cache=prefixes is not None,
             )
+            on_decoded(chunk, new_tokens)
             responses += new_tokens
             caches += new_caches
         return responses, caches, [None] * len(live)
