@@ -94,6 +94,7 @@ def test_a_wrong_answer_ends_the_episode_with_zero(data_dir):
     "action, reason",
     [
         ("", "no action"),
+        ("search[]", "empty query"),
         ("search[the of and]", "no searchable words"),
         ("answer[ ]", "empty answer"),
         ("search Mount Orvel", "unknown action"),
