@@ -166,6 +166,37 @@ def test_warm_start_is_built_once_under_its_key(smollm2_path, cache_dir):
     assert warm_start_key(smollm2_path, other.model, other.env) != path.name  # anything that shapes it changes the key
 
 
+def test_a_run_loads_its_tokenizer_once(smollm2_path, cache_dir, monkeypatch):
+    """The check of a pretrained tokenizer, the warm start and the policy share one load (they were up
+    to three); the warm-started directory's tokenizer, saved from the base's, is the base's."""
+    from transformers import PreTrainedTokenizerFast
+
+    from agentcollapse.models.policy import load_policy, resolve_model_dir
+    from agentcollapse.models.tiny import load_tokenizer
+    from agentcollapse.run.checks import compose_run as compose
+
+    # the warm start of test_warm_start_is_built_once_under_its_key and the CLI test
+    warm = ["model.warm_start.episodes=4", "model.warm_start.steps=1", "env.kwargs.max_turns=2"]
+    warm_cfg = compose(["model=smollm2-135m", f"cache_dir={cache_dir}", *warm])
+    warm_dir = resolve_model_dir(warm_cfg.model, warm_cfg.env, warm_cfg.cache_dir)
+    base, tuned = load_tokenizer(smollm2_path), load_tokenizer(warm_dir)
+    assert base.get_vocab() == tuned.get_vocab() and base.special_tokens_map == tuned.special_tokens_map
+    assert base.chat_template == tuned.chat_template
+    loads: list[str] = []
+    real = PreTrainedTokenizerFast.from_pretrained.__func__
+
+    def counted(cls, path, *args, **kwargs):
+        loads.append(str(path))
+        return real(cls, path, *args, **kwargs)
+
+    monkeypatch.setattr(PreTrainedTokenizerFast, "from_pretrained", classmethod(counted))
+    for cfg in (compose(["model=smollm2-135m", "model.warm_start.enabled=false", f"cache_dir={cache_dir}"]), warm_cfg):
+        loads.clear()
+        policy = load_policy(cfg.model, cfg.env, cfg.cache_dir)
+        assert loads == [str(smollm2_path)]
+        assert policy.tokenizer.pad_token_id == policy.tokenizer.eos_token_id and policy.tokenizer.padding_side == "left"
+
+
 def _copy_model(src, dst):
     shutil.copytree(src, dst)
     return dst

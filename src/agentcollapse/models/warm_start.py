@@ -71,20 +71,23 @@ def warm_start_key(base_dir: Path, model_cfg: ModelConfig, env_cfg: EnvConfig) -
 
 
 def warm_started_dir(
-    base_dir: Path, model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.PathLike, progress: bool = True
+    base_dir: Path, model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.PathLike, progress: bool = True, tokenizer: Any = None
 ) -> Path:
-    """Directory of ``base_dir``'s model fine-tuned on ``env_cfg``'s demonstrations; built once, then cached."""
+    """Directory of ``base_dir``'s model fine-tuned on ``env_cfg``'s demonstrations; built once, then
+    cached. ``tokenizer``: ``base_dir``'s, where the caller has loaded it already (else loaded here);
+    the build reads it and saves it unchanged."""
     target = Path(cache_dir).expanduser() / warm_start_key(base_dir, model_cfg, env_cfg)
-    return cached_build(target, lambda tmp: _build(tmp, target, base_dir, model_cfg, env_cfg, progress), marker="meta.json")
+    return cached_build(target, lambda tmp: _build(tmp, target, base_dir, model_cfg, env_cfg, progress, tokenizer), marker="meta.json")
 
 
-def _build(tmp: Path, target: Path, base_dir: Path, model_cfg: ModelConfig, env_cfg: EnvConfig, progress: bool) -> None:
+def _build(tmp: Path, target: Path, base_dir: Path, model_cfg: ModelConfig, env_cfg: EnvConfig, progress: bool, tokenizer: Any) -> None:
     """Cache entry ``target`` written into ``tmp``: ``base_dir``'s model LoRA fine-tuned on the env's
     demonstrations, the adapter merged into its weights, its tokenizer, and ``meta.json``."""
     ws, lora = model_cfg.warm_start, model_cfg.lora
     started = time.time()
     torch.manual_seed(ws.seed)
-    tokenizer = load_tokenizer(base_dir)
+    if tokenizer is None:
+        tokenizer = load_tokenizer(base_dir)
     with quiet_loading():
         base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32, local_files_only=True)
     _, episodes = demonstration_episodes(env_cfg, ws.episodes, ws.suboptimal_prob, ws.template_prob, ws.seed)
