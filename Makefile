@@ -23,7 +23,7 @@ VLLM := $(shell nvidia-smi -L >/dev/null 2>&1 && echo vllm==0.32.0 || echo vllm-
 quote = '$(subst ','\'',$(1))'
 run = $(or $(2),$(BIN)/python) -m agentcollapse.sweep.storage --mask $(call quote,$(1)); $(1)
 
-.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-proxy-smollm2 bench-experiment bench-scaling mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report bench-retrieval bench-cli
+.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-proxy-smollm2 bench-experiment bench-scaling mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report bench-retrieval bench-cli bench-grading
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
@@ -135,6 +135,9 @@ bench-dtype: $(STAMP) ## float32 vs bfloat16 weights for model=smollm2-135m: rol
 
 bench-retrieval: $(STAMP) ## the retrieval envs' BM25 index: bm25s vs rank-bm25 vs tantivy, build time and query latency at 2k and 100k passages, one thread (~1 min)
 	@$(call run,OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.bench_retrieval $(ARGS))
+
+bench-grading: $(STAMP) ## DeepCoder: programs graded per second one by one vs in parallel, and the rollout's share in the envs, P=8 x G=8 tiny policy (~2 min)
+	@$(call run,OMP_NUM_THREADS=1 $(BIN)/python -m benchmarks.bench_grading $(ARGS))
 
 bench-filter: $(STAMP) ## update time at rho = 1.0, 0.9, 0.6 with the kept fraction
 	@$(call run,$(BIN)/python -m benchmarks.bench_filter $(ARGS))
