@@ -28,11 +28,12 @@ numbers go in issue notes.
 
 from __future__ import annotations
 
-import argparse
 import re
+from dataclasses import dataclass
+from typing import Any
 
 from agentcollapse.run.trainer import attach_to_trainer
-from benchmarks.common import median, save_result, timed
+from benchmarks.common import bench_parser, medians, save_result, timed
 
 
 def _fill_empty_thinks(batch) -> int:
@@ -53,40 +54,36 @@ def _attached_module(cfg, policy):
     return attach_to_trainer(AgentRLModule(cfg, policy))
 
 
+@dataclass
+class SampleShape:
+    """The first-turn sample's sizes and the speedups a cached cross-scorer can reach on it."""
+
+    traces: int
+    ctx_len: float  # mean |X|
+    z_len: float  # mean |Z|
+    ideal: float  # (|X| + |Z|) / |Z|
+    ideal_prefill: float  # the same counting the one context forward per prompt: (|X| + |Z|) / (|Z| + |X| / R)
+    can_score: bool  # enough traces and contexts to retrieve among
+
+
+@dataclass
+class Measured:
+    """Every repeat's times, the proxy's metrics, and how far bf16 and the naive scorer moved them."""
+
+    times: dict[str, list[float]]
+    proxy_out: dict[str, float]
+    bf16_diff: dict[str, float]
+    max_diff: list[float]
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions; medians are reported")
-    ap.add_argument("--score-batch-size", type=int, default=None, help="cross_score batch size (default: diagnostics.score_batch_size)")
-    ap.add_argument("--fill-empty-thinks", action="store_true", help="use the decoded response as reasoning where the parser found none")
-    ap.add_argument("--skip-naive", action="store_true", help="do not time naive_cross_score (slow at large P, G)")
-    ap.add_argument(
-        "--name",
-        default="proxy",
-        help="result name: benchmarks/results/<name>.json (proxy_smollm2: the real model's, make bench-proxy-smollm2)",
-    )
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. rollout.num_prompts=4 cache_dir=/tmp/c")
-    args = ap.parse_args()
+    args = parse_args()
 
-    import numpy as np
-    import torch
-
-    from agentcollapse.diagnostics import (
-        ProxyEMAState,
-        collapse_metrics,
-        cross_score,
-        first_turn_sample,
-        naive_cross_score,
-        sampler_names,
-        sampler_prefixes,
-    )
-    from agentcollapse.lightning import Selection
-    from agentcollapse.models.context import encode
     from agentcollapse.run.jobs import config_and_policy, training_batch
 
     cfg, policy = config_and_policy(args.overrides)
     score_bs = args.score_batch_size or cfg.diagnostics.score_batch_size
     module = _attached_module(cfg, policy)
-    model, tok = module.model, policy.tokenizer
     P, G = cfg.rollout.num_prompts, cfg.rollout.group_size
 
     def rollout():
@@ -100,31 +97,89 @@ def main() -> None:
     )
     if args.fill_empty_thinks:
         print(f"--fill-empty-thinks: {_fill_empty_thinks(batch)} of {n_turns} turns had empty reasoning")
+    sample, shape = first_turn_shape(batch, policy.tokenizer)
+    measured = time_repeats(args, cfg, module, policy.tokenizer, batch, sample, shape, score_bs, rollout)
+    med = medians(measured.times)
+    active = active_samplers(cfg)
+    print_summary(args, cfg, med, measured, shape, active, score_bs)
+    save_result(args.name, build_record(args, cfg, med, measured, shape, active), args.out)
+    print_samplers(measured.proxy_out)
+
+
+def parse_args() -> Any:
+    ap = bench_parser(
+        __doc__,
+        repeats=3,
+        repeats_help="interleaved repetitions; medians are reported",
+        overrides="Hydra overrides, e.g. rollout.num_prompts=4 cache_dir=/tmp/c",
+    )
+    ap.add_argument("--score-batch-size", type=int, default=None, help="cross_score batch size (default: diagnostics.score_batch_size)")
+    ap.add_argument("--fill-empty-thinks", action="store_true", help="use the decoded response as reasoning where the parser found none")
+    ap.add_argument("--skip-naive", action="store_true", help="do not time naive_cross_score (slow at large P, G)")
+    ap.add_argument(
+        "--name",
+        default="proxy",
+        help="result name: <out>/<name>.json (proxy_smollm2: the real model's, make bench-proxy-smollm2)",
+    )
+    return ap.parse_args()
+
+
+def active_samplers(cfg: Any) -> list[str]:
+    from agentcollapse.diagnostics import sampler_names
+
+    skip = tuple(cfg.diagnostics.skip_samplers)
+    return [n for n in sampler_names() if n not in skip]
+
+
+def first_turn_shape(batch: Any, tok: Any) -> tuple[Any, SampleShape]:
+    """The first-turn sample the cached and naive scorers are timed on, and its :class:`SampleShape`."""
+    import numpy as np
+
+    from agentcollapse.diagnostics import first_turn_sample
+    from agentcollapse.models.context import encode
 
     sample = first_turn_sample(batch, lambda text: encode(tok, text))
     ctx_len = float(np.mean([len(c) for c in sample.contexts])) if sample.contexts else float("nan")
     z_len = float(np.mean([len(t) for t in sample.traces])) if sample.traces else float("nan")
-    ideal = (ctx_len + z_len) / z_len
-    # the same token ratio counting the one context forward per prompt the cached scorer also runs
     n_r = max(1, len(sample.traces))
-    ideal_prefill = (ctx_len + z_len) / (z_len + ctx_len / n_r)
+    shape = SampleShape(
+        traces=len(sample.traces),
+        ctx_len=ctx_len,
+        z_len=z_len,
+        ideal=(ctx_len + z_len) / z_len,
+        ideal_prefill=(ctx_len + z_len) / (z_len + ctx_len / n_r),
+        can_score=len(sample.traces) > 0 and len(sample.contexts) >= 2,
+    )
     print(
         f"first-turn sample: {len(sample.traces)} traces x {len(sample.contexts)} contexts, "
         f"valid_thinking_rate {sample.stats['valid_thinking_rate']:.3f}, mean |X| {ctx_len:.1f}, mean |Z| {z_len:.1f}"
     )
-    can_score = len(sample.traces) > 0 and len(sample.contexts) >= 2
-    if not can_score:
+    if not shape.can_score:
         print(
             "WARNING: too few valid reasoning traces to score; the proxy is skipped (try --fill-empty-thinks for a barely trained policy)"
         )
+    return sample, shape
 
+
+def time_repeats(
+    args: Any, cfg: Any, module: Any, tok: Any, batch: Any, sample: Any, shape: SampleShape, score_bs: int, rollout: Any
+) -> Measured:
+    """``--repeats`` interleaved rounds of: the proxy (shared pairs, each sampler alone, bf16), the cached
+    and naive cross-scorers, a rollout and an update of the whole batch."""
+    import numpy as np
+    import torch
+
+    from agentcollapse.diagnostics import ProxyEMAState, collapse_metrics, cross_score, naive_cross_score, sampler_names, sampler_prefixes
+    from agentcollapse.lightning import Selection
+
+    model = module.model
     times: dict[str, list[float]] = {k: [] for k in ("proxy", "separate", "bf16", "rollout", "update", "cached", "naive")}
     skip = tuple(cfg.diagnostics.skip_samplers)
-    active = [n for n in sampler_names() if n not in skip]
+    active = active_samplers(cfg)
     bf16_diff: dict[str, float] = {}
     max_diff = []
     proxy_out: dict[str, float] = {}
-    all_groups = np.arange(P)
+    all_groups = np.arange(cfg.rollout.num_prompts)
     traj_samples = cfg.diagnostics.trajectory_samples or None
     for rep in range(args.repeats):
         # proxy: a fresh EMA/RNG state every repeat, so every repeat scores the same samples
@@ -149,7 +204,7 @@ def main() -> None:
         for key, value in proxy_out.items():
             if key.split("/")[-1] in ("mi_zscore", "mi_estimate", "retrieval_accuracy") and np.isfinite(value):
                 bf16_diff[key] = max(bf16_diff.get(key, 0.0), abs(bf16_out[key] - value))
-        if can_score:
+        if shape.can_score:
             dt, cached = timed(cross_score, model, sample.contexts, sample.traces, batch_size=score_bs)
             times["cached"].append(dt)
             if not args.skip_naive:
@@ -161,8 +216,14 @@ def main() -> None:
         dt, _ = timed(module.update, batch, Selection(all_groups))
         times["update"].append(dt)
         print(f"repeat {rep + 1}/{args.repeats}: " + ", ".join(f"{k} {v[-1]:.3f}s" for k, v in times.items() if v))
+    return Measured(times, proxy_out, bf16_diff, max_diff)
 
-    med = {k: median(v) for k, v in times.items()}
+
+def print_summary(
+    args: Any, cfg: Any, med: dict[str, float], measured: Measured, shape: SampleShape, active: list[str], score_bs: int
+) -> None:
+    import torch
+
     iteration = med["rollout"] + med["update"]
     freq = cfg.diagnostics.compute_freq
     print(f"\nmedians over {args.repeats} repeats (threads={torch.get_num_threads()}, score batch size {score_bs}):")
@@ -170,28 +231,46 @@ def main() -> None:
     print(f"    pairs shared             {med['proxy']:.3f}s")
     print(f"    each sampler alone       {med['separate']:.3f}s  (shared / alone = {med['proxy'] / med['separate']:.2f})")
     print(f"    bf16 forwards            {med['bf16']:.3f}s  (bf16 / fp32 = {med['bf16'] / med['proxy']:.2f})")
-    for key, diff in sorted(bf16_diff.items()):
-        print(f"      |bf16 - fp32| {key:55s} {diff:.4f}  (fp32 {proxy_out[key]:.4f})")
+    for key, diff in sorted(measured.bf16_diff.items()):
+        print(f"      |bf16 - fp32| {key:55s} {diff:.4f}  (fp32 {measured.proxy_out[key]:.4f})")
     print(f"  iteration                  {iteration:.3f}s  (rollout {med['rollout']:.3f}s + update {med['update']:.3f}s)")
     print(f"  proxy / iteration          {med['proxy'] / iteration:.3f}")
     print(f"  cost at compute_freq={freq}     {med['proxy'] / (freq * iteration):.3f}  (proxy / ({freq} * iteration))")
     print(
         f"  share of the time at {freq}      {med['proxy'] / (freq * iteration + med['proxy']):.3f}  (proxy / ({freq} * iteration + proxy))"
     )
-    if can_score:
+    if shape.can_score:
         print(f"  cross_score cached         {med['cached']:.3f}s")
         if not args.skip_naive:
             speedup = med["naive"] / med["cached"]
             print(f"  naive_cross_score          {med['naive']:.3f}s")
-            print(f"  speedup naive/cached       {speedup:.2f}x   ideal (|X|+|Z|)/|Z| = {ideal:.2f}x   -> {speedup / ideal:.2f} of ideal")
             print(
-                f"  (token ratio counting the context forwards, (|X|+|Z|)/(|Z|+|X|/R) with R={n_r} traces: "
-                f"{ideal_prefill:.2f}x -> {speedup / ideal_prefill:.2f} of it)"
+                f"  speedup naive/cached       {speedup:.2f}x   ideal (|X|+|Z|)/|Z| = {shape.ideal:.2f}x   -> {speedup / shape.ideal:.2f} of ideal"
             )
-            print(f"  max |cached - naive|       {max(max_diff):.2e}")
-    record = {
-        "P": P,
-        "G": G,
+            print(
+                f"  (token ratio counting the context forwards, (|X|+|Z|)/(|Z|+|X|/R) with R={max(1, shape.traces)} traces: "
+                f"{shape.ideal_prefill:.2f}x -> {speedup / shape.ideal_prefill:.2f} of it)"
+            )
+            print(f"  max |cached - naive|       {max(measured.max_diff):.2e}")
+
+
+def print_samplers(proxy_out: dict[str, float]) -> None:
+    """A line of each sampler's sample size and readings."""
+    from agentcollapse.diagnostics import sampler_prefixes
+
+    for name in sampler_prefixes():
+        keys = ("valid_thinking_rate", "num_traces", "num_contexts", "mi_estimate", "retrieval_accuracy")
+        print(f"  {name}: " + ", ".join(f"{k}={proxy_out[f'{name}/{k}']:.3g}" for k in keys if f"{name}/{k}" in proxy_out))
+
+
+def build_record(args: Any, cfg: Any, med: dict[str, float], measured: Measured, shape: SampleShape, active: list[str]) -> dict[str, Any]:
+    """proxy.json: the medians, the proxy's share of an iteration and the cached scorer's speedup."""
+    iteration = med["rollout"] + med["update"]
+    freq = cfg.diagnostics.compute_freq
+    can_score, naive = shape.can_score, shape.can_score and not args.skip_naive
+    return {
+        "P": cfg.rollout.num_prompts,
+        "G": cfg.rollout.group_size,
         "repeats": args.repeats,
         "overrides": args.overrides,
         "proxy_s": med["proxy"],
@@ -200,7 +279,7 @@ def main() -> None:
         "shared_over_separate": med["proxy"] / med["separate"],
         "proxy_bf16_s": med["bf16"],
         "bf16_over_fp32": med["bf16"] / med["proxy"],
-        "bf16_max_abs_diff": bf16_diff,
+        "bf16_max_abs_diff": measured.bf16_diff,
         "iteration_s": iteration,
         "proxy_over_iteration": med["proxy"] / iteration,
         "compute_freq": freq,
@@ -208,20 +287,16 @@ def main() -> None:
         "share_at_compute_freq": med["proxy"] / (freq * iteration + med["proxy"]),
         "bf16_cost_at_compute_freq": med["bf16"] / (freq * iteration),
         "cached_s": med["cached"] if can_score else None,
-        "naive_s": med["naive"] if can_score and not args.skip_naive else None,
-        "mean_context_len": ctx_len,
-        "mean_trace_len": z_len,
-        "traces": len(sample.traces),
-        "ideal": ideal,
-        "ideal_with_prefill": ideal_prefill,
-        "speedup": med["naive"] / med["cached"] if can_score and not args.skip_naive else None,
-        "max_abs_diff": max(max_diff) if max_diff else None,
-        "samplers": {k: float(v) for k, v in proxy_out.items()},
+        "naive_s": med["naive"] if naive else None,
+        "mean_context_len": shape.ctx_len,
+        "mean_trace_len": shape.z_len,
+        "traces": shape.traces,
+        "ideal": shape.ideal,
+        "ideal_with_prefill": shape.ideal_prefill,
+        "speedup": med["naive"] / med["cached"] if naive else None,
+        "max_abs_diff": max(measured.max_diff) if measured.max_diff else None,
+        "samplers": {k: float(v) for k, v in measured.proxy_out.items()},
     }
-    save_result(args.name, record)
-    for name in sampler_prefixes():
-        keys = ("valid_thinking_rate", "num_traces", "num_contexts", "mi_estimate", "retrieval_accuracy")
-        print(f"  {name}: " + ", ".join(f"{k}={proxy_out[f'{name}/{k}']:.3g}" for k in keys if f"{name}/{k}" in proxy_out))
 
 
 if __name__ == "__main__":

@@ -74,10 +74,11 @@ from typing import Any
 
 from benchmarks.common import (
     PHASES,
-    RESULTS,
     ROOT,
+    bench_parser,
     median,
     phase_lists,
+    rounds_within,
     save_markdown,
     save_result,
     subprocess_env,
@@ -239,56 +240,26 @@ def run_ours(model_dir: Path, args: argparse.Namespace, run_dir: Path, name: str
 
 # -- TRL's side (a worker process: python -m benchmarks.bench_trl --trl-worker ...) --------------------------
 def trl_worker(args: argparse.Namespace) -> None:
+    """One TRL run (a worker process): GRPOTrainer on our prompts and reward, its phases timed, the
+    record written to ``--worker-out``."""
     import torch
 
     torch.set_num_threads(args.threads)
     from datasets import Dataset
     from peft import LoraConfig
-    from transformers import AutoModelForCausalLM, TrainerCallback
+    from transformers import AutoModelForCausalLM
     from trl import GRPOConfig, GRPOTrainer
 
-    from agentcollapse import envs
-    from agentcollapse.envs.parsing import parse_response
     from agentcollapse.models.context import encode
-    from agentcollapse.models.policy import Policy
-    from agentcollapse.models.tiny import load_tokenizer
 
     # our side's overrides too: a LoRA or seed changed for ours is TRL's as well
     cfg = base_config([*model_overrides(args.model_name), *args.overrides])
     model_dir = Path(args.trl_worker)
-    tokenizer = load_tokenizer(model_dir)
-    if tokenizer.pad_token_id is None:  # as our policy loader does (SmolLM2 names no pad token)
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
+    tokenizer = trl_tokenizer(model_dir)
     texts, env_seeds = prompts_for(cfg, tokenizer, args.steps, args.prompts)
     if tokenizer(text=texts[:1])["input_ids"][0] != encode(tokenizer, texts[0]):
         raise SystemExit("TRL would tokenize the prompt differently from our rollout")
-    decoder = Policy(model=None, tokenizer=tokenizer)  # type: ignore[arg-type]
-
-    def countdown_reward(completion_ids: list[list[int]], env_seed: list[int], **_: Any) -> list[float]:
-        """Our rollout's reward: parse <think>/<answer>, step a fresh Countdown env on the answer."""
-        rewards = []
-        for ids, seed in zip(completion_ids, env_seed, strict=True):
-            parsed = parse_response(decoder.response_text(ids))
-            env = envs.from_config(cfg.env)
-            env.reset(int(seed))
-            rewards.append(env.step(parsed.answer if parsed.format_valid else "")[1])
-        return rewards
-
-    batch = args.prompts * args.group
-    if batch % ACCUMULATION:
-        raise SystemExit(f"P x G = {batch} must be a multiple of {ACCUMULATION} (TRL's gradient_accumulation_steps here)")
-    trl_config: dict[str, Any] = {
-        "use_cpu": True,
-        "bf16": False,
-        "num_generations": args.group,
-        "per_device_train_batch_size": batch // ACCUMULATION,
-        "gradient_accumulation_steps": ACCUMULATION,
-        "max_completion_length": args.max_new_tokens,
-    }
-    for item in args.trl_arg:
-        key, _, value = item.partition("=")
-        trl_config[key] = json.loads(value)
+    trl_config = grpo_config_fields(args)
     lora = cfg.model.lora
     with tempfile.TemporaryDirectory() as tmp:
         config = GRPOConfig(
@@ -304,7 +275,7 @@ def trl_worker(args: argparse.Namespace) -> None:
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
         trainer = GRPOTrainer(
             model=model,
-            reward_funcs=[countdown_reward],
+            reward_funcs=[make_countdown_reward(cfg, tokenizer)],
             args=config,
             train_dataset=Dataset.from_dict({"prompt": texts, "env_seed": env_seeds}),
             processing_class=tokenizer,
@@ -317,49 +288,110 @@ def trl_worker(args: argparse.Namespace) -> None:
                 task_type="CAUSAL_LM",
             ),
         )
-        record: dict[str, list[float]] = {
-            k: [] for k in ("step", "interval", "rollout", "prepare", "completion_length", "prompt_length", "completions")
-        }
-        pending = {"rollout": 0.0, "prepare": 0.0}
-
-        def timed(name: str, fn: Any) -> Any:
-            def wrapper(*a: Any, **kw: Any) -> Any:
-                started = time.perf_counter()
-                result = fn(*a, **kw)
-                pending[name] += time.perf_counter() - started
-                if name == "rollout":
-                    prompt_ids, completion_ids = result[0], result[1]
-                    record["completion_length"].append(statistics.fmean(len(c) for c in completion_ids))
-                    record["prompt_length"].append(statistics.fmean(len(p) for p in prompt_ids))
-                    record["completions"].append(len(completion_ids))
-                return result
-
-            return wrapper
-
-        trainer._generate = timed("rollout", trainer._generate)
-        trainer._generate_and_score_completions = timed("prepare", trainer._generate_and_score_completions)
-
-        class StepTimes(TrainerCallback):
-            def __init__(self) -> None:
-                self.begin = self.last_end = time.perf_counter()
-
-            def on_step_begin(self, *_: Any, **__: Any) -> None:
-                self.begin = time.perf_counter()
-
-            def on_step_end(self, *_: Any, **__: Any) -> None:
-                now = time.perf_counter()
-                record["step"].append(now - self.begin)
-                record["interval"].append(now - self.last_end)
-                self.last_end = now
-                record["rollout"].append(pending["rollout"])
-                record["prepare"].append(pending["prepare"])
-                pending["rollout"] = pending["prepare"] = 0.0
-
-        trainer.add_callback(StepTimes())
+        record = record_phases(trainer)
         trainer.train()
     record["update"] = [s - p for s, p in zip(record["step"], record["prepare"], strict=True)]
     record["rewards_and_advantages"] = [p - r for p, r in zip(record["prepare"], record["rollout"], strict=True)]
     Path(args.worker_out).write_text(json.dumps({"record": record, "config": trl_config}))
+
+
+def trl_tokenizer(model_dir: Path) -> Any:
+    """The model's tokenizer set up as our policy loader sets it: a pad token, padding on the left."""
+    from agentcollapse.models.tiny import load_tokenizer
+
+    tokenizer = load_tokenizer(model_dir)
+    if tokenizer.pad_token_id is None:  # as our policy loader does (SmolLM2 names no pad token)
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def make_countdown_reward(cfg: Any, tokenizer: Any) -> Any:
+    """TRL's reward function: our rollout's reward, each completion's answer stepped in a fresh Countdown env."""
+    from agentcollapse import envs
+    from agentcollapse.envs.parsing import parse_response
+    from agentcollapse.models.policy import Policy
+
+    decoder = Policy(model=None, tokenizer=tokenizer)  # type: ignore[arg-type]
+
+    def countdown_reward(completion_ids: list[list[int]], env_seed: list[int], **_: Any) -> list[float]:
+        """Our rollout's reward: parse <think>/<answer>, step a fresh Countdown env on the answer."""
+        rewards = []
+        for ids, seed in zip(completion_ids, env_seed, strict=True):
+            parsed = parse_response(decoder.response_text(ids))
+            env = envs.from_config(cfg.env)
+            env.reset(int(seed))
+            rewards.append(env.step(parsed.answer if parsed.format_valid else "")[1])
+        return rewards
+
+    return countdown_reward
+
+
+def grpo_config_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """GRPOConfig's fields for P x G completions per step in ``ACCUMULATION`` micro-batches, then ``--trl-arg``."""
+    batch = args.prompts * args.group
+    if batch % ACCUMULATION:
+        raise SystemExit(f"P x G = {batch} must be a multiple of {ACCUMULATION} (TRL's gradient_accumulation_steps here)")
+    trl_config: dict[str, Any] = {
+        "use_cpu": True,
+        "bf16": False,
+        "num_generations": args.group,
+        "per_device_train_batch_size": batch // ACCUMULATION,
+        "gradient_accumulation_steps": ACCUMULATION,
+        "max_completion_length": args.max_new_tokens,
+    }
+    for item in args.trl_arg:
+        key, _, value = item.partition("=")
+        trl_config[key] = json.loads(value)
+    return trl_config
+
+
+def record_phases(trainer: Any) -> dict[str, list[float]]:
+    """Time the trainer's phases per step: its ``_generate`` (the rollout: tokenize, generate, decode) and
+    ``_generate_and_score_completions`` (plus the reference pass, rewards and advantages) are wrapped,
+    a callback closes each step. Returns the record the timings land in as the trainer runs."""
+    from transformers import TrainerCallback
+
+    record: dict[str, list[float]] = {
+        k: [] for k in ("step", "interval", "rollout", "prepare", "completion_length", "prompt_length", "completions")
+    }
+    pending = {"rollout": 0.0, "prepare": 0.0}
+
+    def timed(name: str, fn: Any) -> Any:
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            started = time.perf_counter()
+            result = fn(*a, **kw)
+            pending[name] += time.perf_counter() - started
+            if name == "rollout":
+                prompt_ids, completion_ids = result[0], result[1]
+                record["completion_length"].append(statistics.fmean(len(c) for c in completion_ids))
+                record["prompt_length"].append(statistics.fmean(len(p) for p in prompt_ids))
+                record["completions"].append(len(completion_ids))
+            return result
+
+        return wrapper
+
+    trainer._generate = timed("rollout", trainer._generate)
+    trainer._generate_and_score_completions = timed("prepare", trainer._generate_and_score_completions)
+
+    class StepTimes(TrainerCallback):
+        def __init__(self) -> None:
+            self.begin = self.last_end = time.perf_counter()
+
+        def on_step_begin(self, *_: Any, **__: Any) -> None:
+            self.begin = time.perf_counter()
+
+        def on_step_end(self, *_: Any, **__: Any) -> None:
+            now = time.perf_counter()
+            record["step"].append(now - self.begin)
+            record["interval"].append(now - self.last_end)
+            self.last_end = now
+            record["rollout"].append(pending["rollout"])
+            record["prepare"].append(pending["prepare"])
+            pending["rollout"] = pending["prepare"] = 0.0
+
+    trainer.add_callback(StepTimes())
+    return record
 
 
 def run_trl(model_dir: Path, args: argparse.Namespace, out_file: Path) -> dict[str, Any]:
@@ -403,7 +435,31 @@ def versions() -> dict[str, str]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    args = parse_args()
+    if args.trl_worker:
+        trl_worker(args)
+        return
+    names = model_names(args)
+    started = time.perf_counter()
+    sizes = {name: entry_args(args, name) for name in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs, results = build_models(args, names, sizes, Path(tmp))
+        for rep in rounds_within(args.repeats, args.max_minutes, started):
+            for name in names:
+                for side in turn_order(("ours", "trl"), rep, swap=True):
+                    run_side(args, sizes, results, dirs, Path(tmp), name, side, rep)
+                    write_report(args, sizes, results, started, final=False)  # a cut-short run still leaves its numbers
+    write_report(args, sizes, results, started, final=True)
+
+
+def parse_args() -> argparse.Namespace:
+    ap = bench_parser(
+        __doc__,
+        repeats=2,
+        repeats_help="alternating ours/TRL pairs per model (one pair of all three: ~20 min on 2 cores)",
+        threads=2,
+        overrides="extra Hydra overrides for our side",
+    )
     ap.add_argument(
         "--models",
         "--vocabs",
@@ -428,11 +484,7 @@ def main() -> None:
         help="TRL's KL coefficient: 'matched' (default) = our algorithm.kl_coef, so both sides run the same objective and "
         "a reference pass; or a number (TRL's own default is 0: no reference pass)",
     )
-    ap.add_argument(
-        "--repeats", type=int, default=2, help="alternating ours/TRL pairs per model (one pair of all three: ~20 min on 2 cores)"
-    )
     ap.add_argument("--steps", type=int, default=4, help="iterations per run (the first is discarded)")
-    ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--prompts", type=int, default=8, help="P")
     ap.add_argument("--group", type=int, default=16, help="G")
     ap.add_argument("--max-new-tokens", type=int, default=40)
@@ -449,64 +501,66 @@ def main() -> None:
         help="start no pair that would end past this many minutes (estimated from the longest pair so far; 0: no limit)",
     )
     ap.add_argument("--trl-arg", action="append", default=[], help="extra GRPOConfig field, KEY=JSON (e.g. gradient_checkpointing=false)")
-    ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--trl-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--model-name", default="natural", help=argparse.SUPPRESS)
-    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for our side")
-    args = ap.parse_args()
-    if args.trl_worker:
-        trl_worker(args)
-        return
+    return ap.parse_args()
+
+
+def model_names(args: argparse.Namespace) -> list[str]:
+    """The ``--models`` entries, checked (and ``--steps``, whose first iteration is discarded)."""
     if args.steps < 2:
         raise SystemExit("--steps must be >= 2 (the first iteration of each run is discarded)")
     names = [v.strip() for v in args.models.split(",") if v.strip()]
     for name in names:
         if name not in ("natural", SMOLLM2) and not name.isdigit():
             raise SystemExit(f"--models: {name!r} is not natural, {SMOLLM2} or a vocabulary size")
+    return names
+
+
+def build_models(
+    args: argparse.Namespace, names: list[str], sizes: dict[str, argparse.Namespace], tmp: Path
+) -> tuple[dict[str, Path], dict[str, dict[str, Any]]]:
+    """Each entry's model directory (built before any timing) and its empty results."""
     cfg = base_config()
-    started = time.perf_counter()
+    dirs: dict[str, Path] = {}
     results: dict[str, dict[str, Any]] = {}
-    sizes = {name: entry_args(args, name) for name in names}
-    with tempfile.TemporaryDirectory() as tmp:
-        dirs = {}
-        for name in names:
-            if name == SMOLLM2:
-                info = build_smollm2_dir(base_config(sizes[name].model_overrides))
-                dirs[name] = Path(info["path"])
-            else:
-                dirs[name] = Path(tmp) / f"model-{name}"
-                info = build_model_dir(cfg, None if name == "natural" else int(name), dirs[name], think_rate=args.think_rate)
-            results[name] = {"model": info, "ours": [], "trl": []}
-            print(f"model {name}: vocabulary {info['vocab']}, {info['params']:,} parameters", flush=True)
-        longest_pair = 0.0
-        for rep in range(args.repeats):
-            elapsed = time.perf_counter() - started
-            if rep and args.max_minutes and elapsed + longest_pair > args.max_minutes * 60:
-                print(
-                    f"time limit: another pair (~{longest_pair:.0f} s) would end past {args.max_minutes} min; stopping after {rep}",
-                    flush=True,
-                )
-                break
-            pair_started = time.perf_counter()
-            for name in names:
-                for side in turn_order(("ours", "trl"), rep, swap=True):
-                    t0 = time.perf_counter()
-                    run_file = Path(tmp) / f"{side}-{name}-{rep}"
-                    run = (
-                        run_ours(dirs[name], sizes[name], run_file, name)
-                        if side == "ours"
-                        else run_trl(dirs[name], sizes[name], run_file.with_suffix(".json"))
-                    )
-                    results[name][side].append(run)
-                    print(
-                        f"[{name}] {side} run {rep + 1}/{args.repeats}: {time.perf_counter() - t0:.0f}s wall, "
-                        f"iterations {', '.join(f'{s:.2f}' for s in run['step'])} s",
-                        flush=True,
-                    )
-                    write_report(args, sizes, results, started, final=False)  # a cut-short run still leaves its numbers
-            longest_pair = max(longest_pair, time.perf_counter() - pair_started)
-    write_report(args, sizes, results, started, final=True)
+    for name in names:
+        if name == SMOLLM2:
+            info = build_smollm2_dir(base_config(sizes[name].model_overrides))
+            dirs[name] = Path(info["path"])
+        else:
+            dirs[name] = tmp / f"model-{name}"
+            info = build_model_dir(cfg, None if name == "natural" else int(name), dirs[name], think_rate=args.think_rate)
+        results[name] = {"model": info, "ours": [], "trl": []}
+        print(f"model {name}: vocabulary {info['vocab']}, {info['params']:,} parameters", flush=True)
+    return dirs, results
+
+
+def run_side(
+    args: argparse.Namespace,
+    sizes: dict[str, argparse.Namespace],
+    results: dict[str, dict[str, Any]],
+    dirs: dict[str, Path],
+    tmp: Path,
+    name: str,
+    side: str,
+    rep: int,
+) -> None:
+    """One run of one side on one model, added to ``results``."""
+    t0 = time.perf_counter()
+    run_file = tmp / f"{side}-{name}-{rep}"
+    run = (
+        run_ours(dirs[name], sizes[name], run_file, name)
+        if side == "ours"
+        else run_trl(dirs[name], sizes[name], run_file.with_suffix(".json"))
+    )
+    results[name][side].append(run)
+    print(
+        f"[{name}] {side} run {rep + 1}/{args.repeats}: {time.perf_counter() - t0:.0f}s wall, "
+        f"iterations {', '.join(f'{s:.2f}' for s in run['step'])} s",
+        flush=True,
+    )
 
 
 def entry_args(args: argparse.Namespace, name: str) -> argparse.Namespace:
@@ -536,34 +590,7 @@ def write_report(
 ) -> None:
     """``trl.json`` and ``trl.md`` from the runs so far (the table is printed when ``final``)."""
     first = next(iter(results.values()))
-    summary: dict[str, Any] = {}
-    for name, res in results.items():
-        ours, trl = res["ours"], res["trl"]
-        size = sizes[name]
-        s: dict[str, Any] = {
-            "vocab": res["model"]["vocab"],
-            "P": size.prompts,
-            "G": size.group,
-            "max_new_tokens": size.max_new_tokens,
-            "lora": size.lora,
-            "ours_kl_coef": size.kl_coef,
-            "trl_beta": size.beta,
-            "ours_proxy_dtype": size.smollm2_proxy_dtype if name == SMOLLM2 else "float32",
-            "pairs": min(len(ours), len(trl)),
-            "iterations_kept": {"ours": len(kept(ours, "step")), "trl": len(kept(trl, "step"))},
-            "ours_s": {phase: median(kept(ours, phase)) for phase in PHASES},
-            "trl_s": {phase: median(kept(trl, phase)) for phase in ("step", "interval", "rollout", "rewards_and_advantages", "update")},
-            "completion_length": {
-                "ours": sorted({round(v, 3) for run in ours for v in run["completion_length"]}),
-                "trl": sorted({round(v, 3) for run in trl for v in run["completion_length"]}),
-            },
-            "ours_valid_thinking_rate": median([v for run in ours for v in run.get("valid_thinking_rate", [])]),
-            "trl_prompt_length": median([v for run in trl for v in run["prompt_length"]]),
-            "trl_completions_per_iteration": sorted({int(v) for run in trl for v in run["completions"]}),
-        }
-        s["ratio_ours_over_trl"] = s["ours_s"]["step"] / s["trl_s"]["step"]
-        s["goal_0_8_met"] = bool(s["ratio_ours_over_trl"] <= 0.8)
-        summary[name] = s
+    summary = {name: model_summary(name, res, sizes[name]) for name, res in results.items()}
     report = {
         "settings": {
             "P": args.prompts,  # of the tiny-body entries; each summary entry has its own
@@ -583,7 +610,44 @@ def write_report(
         "raw": {name: {"model": res["model"], "ours": res["ours"], "trl": res["trl"]} for name, res in results.items()},
     }
     save_result("trl", report, args.out)
-    v = report["settings"]["versions"]
+    lines = report_lines(args, report)
+    save_markdown("trl", lines, args.out)
+    if final:
+        print("\n".join(lines))
+
+
+def model_summary(name: str, res: dict[str, Any], size: argparse.Namespace) -> dict[str, Any]:
+    """One model's medians on each side (the first iteration of each run left out) and their ratio."""
+    ours, trl = res["ours"], res["trl"]
+    s: dict[str, Any] = {
+        "vocab": res["model"]["vocab"],
+        "P": size.prompts,
+        "G": size.group,
+        "max_new_tokens": size.max_new_tokens,
+        "lora": size.lora,
+        "ours_kl_coef": size.kl_coef,
+        "trl_beta": size.beta,
+        "ours_proxy_dtype": size.smollm2_proxy_dtype if name == SMOLLM2 else "float32",
+        "pairs": min(len(ours), len(trl)),
+        "iterations_kept": {"ours": len(kept(ours, "step")), "trl": len(kept(trl, "step"))},
+        "ours_s": {phase: median(kept(ours, phase)) for phase in PHASES},
+        "trl_s": {phase: median(kept(trl, phase)) for phase in ("step", "interval", "rollout", "rewards_and_advantages", "update")},
+        "completion_length": {
+            "ours": sorted({round(v, 3) for run in ours for v in run["completion_length"]}),
+            "trl": sorted({round(v, 3) for run in trl for v in run["completion_length"]}),
+        },
+        "ours_valid_thinking_rate": median([v for run in ours for v in run.get("valid_thinking_rate", [])]),
+        "trl_prompt_length": median([v for run in trl for v in run["prompt_length"]]),
+        "trl_completions_per_iteration": sorted({int(v) for run in trl for v in run["completions"]}),
+    }
+    s["ratio_ours_over_trl"] = s["ours_s"]["step"] / s["trl_s"]["step"]
+    s["goal_0_8_met"] = bool(s["ratio_ours_over_trl"] <= 0.8)
+    return s
+
+
+def report_lines(args: argparse.Namespace, report: dict[str, Any]) -> list[str]:
+    """trl.md: the ratio table, the per-phase table and the versions."""
+    summary, v = report["summary"], report["settings"]["versions"]
     lines = [
         f"# One RL iteration: ours vs TRL {v['trl']} GRPOTrainer ({args.threads} thread(s), MI proxy every step on ours, "
         f"medians of iterations 2..{args.steps} over {report['settings']['pairs_run']} alternating pair(s))",
@@ -618,9 +682,7 @@ def write_report(
         "",
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + f". Wall time {report['settings']['wall_s']:.0f} s.",
     ]
-    save_markdown("trl", lines, args.out)
-    if final:
-        print("\n".join(lines))
+    return lines
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""What the benchmarks share: where results go and the provenance each carries, timing, alternating
-arms, the timed training run (``agentcollapse train`` in a subprocess) and the configs they compose.
+"""What the benchmarks share: their command line, where results go and the provenance each carries,
+timing, alternating arms (within a time budget), the matmul limit, a worktree of an older commit, the
+timed training run (``agentcollapse train`` in a subprocess) and the configs they compose.
 
 Every benchmark runs from the repository root as a module, ``python -m benchmarks.<name>`` (the
 Makefile's ``bench-*`` targets), so it imports this one as ``benchmarks.common``.
@@ -7,6 +8,8 @@ Makefile's ``bench-*`` targets), so it imports this one as ``benchmarks.common``
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -14,7 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -110,6 +113,26 @@ def alternating(arms: Sequence[T], repeats: int, swap: bool = False) -> Iterator
             yield rep, arm
 
 
+def medians(times: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """The median of each named list of measurements (nan for an empty one)."""
+    return {name: median(values) for name, values in times.items()}
+
+
+def rounds_within(repeats: int, max_minutes: float, started: float) -> Iterator[int]:
+    """Round numbers 0..``repeats``-1, stopping before a round that would end past ``max_minutes``
+    after ``started`` (``time.perf_counter``), judged by the longest round so far (0: no limit): a
+    benchmark cut short by its budget still finishes every round it starts."""
+    longest = 0.0
+    for rep in range(repeats):
+        elapsed = time.perf_counter() - started
+        if rep and max_minutes and elapsed + longest > max_minutes * 60:
+            print(f"time limit: another round (~{longest:.0f} s) would end past {max_minutes} min; stopping after {rep}", flush=True)
+            return
+        round_started = time.perf_counter()
+        yield rep
+        longest = max(longest, time.perf_counter() - round_started)
+
+
 # -- this CPU's matmul limit -------------------------------------------------------------------------
 def matmul_probe(shapes: list[tuple[int, int, int]], threads: int, repeats: int = 20, dtype: str = "float32") -> dict[str, float]:
     """GFLOP/s of ``torch.matmul`` for each (rows, k, n), in ``dtype`` (bf16: avx512_bf16 on these CPUs, AMX on newer ones)."""
@@ -128,6 +151,12 @@ def matmul_probe(shapes: list[tuple[int, int, int]], threads: int, repeats: int 
     return out
 
 
+def best_probe(probes: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """Each shape's best rate over several :func:`matmul_probe` results: a limit is a maximum, and one
+    probe on a shared machine can read 30% low, so benchmarks probe before and after their runs."""
+    return {shape: max(p[shape] for p in probes) for shape in probes[0]}
+
+
 def linear_params(model_dir: Path) -> tuple[int, dict[str, int]]:
     """(weights every token passes through: the decoder's projections and the LM head, sizes) of a Llama-shaped model."""
     c = json.loads((model_dir / "config.json").read_text())
@@ -138,6 +167,30 @@ def linear_params(model_dir: Path) -> tuple[int, dict[str, int]]:
 
 
 # -- command lines -------------------------------------------------------------------------------------
+def bench_parser(
+    doc: str | None,
+    *,
+    repeats: int | None = None,
+    repeats_help: str | None = None,
+    threads: int | None = None,
+    out: str | Path | None = RESULTS,
+    overrides: str | None = "extra Hydra overrides",
+) -> argparse.ArgumentParser:
+    """The flags every benchmark spells the same way: its docstring as the description, ``--repeats``
+    (when ``repeats`` is given), ``--threads`` (when ``threads`` is), ``--out`` (the results folder;
+    None: no flag) and the positional Hydra ``overrides`` (None: none). A benchmark adds its own flags."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if repeats is not None:
+        ap.add_argument("--repeats", type=int, default=repeats, help=repeats_help)
+    if threads is not None:
+        ap.add_argument("--threads", type=int, default=threads, help="torch threads of each run")
+    if out is not None:
+        ap.add_argument("--out", default=str(out), help="folder the result files go to")
+    if overrides is not None:
+        ap.add_argument("overrides", nargs="*", help=overrides)
+    return ap
+
+
 def floats(text: str) -> list[float]:
     """A comma-separated list of floats (an argparse ``type``)."""
     return [float(x) for x in csv_list(text)]
@@ -151,6 +204,18 @@ def csv_list(text: str) -> list[str]:
 def with_model(overrides: list[str], model: str = "smollm2-135m") -> list[str]:
     """``overrides`` with ``model=<model>`` first unless they choose a model themselves."""
     return overrides if any(o.startswith("model=") for o in overrides) else [f"model={model}", *overrides]
+
+
+# -- an older commit's code ------------------------------------------------------------------------------
+@contextlib.contextmanager
+def worktree(commit: str, path: Path) -> Iterator[Path]:
+    """A detached ``git worktree`` of ``commit`` at ``path`` for the duration (removed after, also on
+    error), so a benchmark runs an older version's code beside this one."""
+    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(path), commit], check=True, capture_output=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(path)], capture_output=True)
 
 
 # -- configs and timed training runs ---------------------------------------------------------------------
