@@ -27,8 +27,8 @@ def main(storage: str, sweep_dir: str, worker: str) -> None:
         time.sleep(0.1)
         rec.write_summary("finished", reason="done")
         study.tell(trial, Outcome.from_run(study.trial_dir(trial.number), settings))
-        study.write_csv()
-    study.write_csv()
+        study.report.write_csv()
+    study.report.write_csv()
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ def test_a_trial_is_ranked_by_its_final_success_and_the_peak_stays_a_choice(tmp_
 
 def test_grid_runs_every_point_once_and_records_crashes(tmp_path):
     study = _study(tmp_path)
-    assert (study.sweep_dir / "study.db").exists() and study.total() == 4
+    assert (study.sweep_dir / "study.db").exists() and study.report.total() == 4
     seen = []
     while (got := study.ask()) is not None:
         trial, params = got
@@ -62,14 +62,14 @@ def test_grid_runs_every_point_once_and_records_crashes(tmp_path):
         else:
             _record(run_dir, "finished")
         study.tell(trial, Outcome.from_run(run_dir, study.settings, error="UserError: bad value" if trial.number == 2 else ""))
-    study.write_csv()
+    study.report.write_csv()
     assert sorted(seen) == sorted([("0.0", "0"), ("0.0", "1"), ("0.01", "0"), ("0.01", "1")])
     rows = _table(study)
     assert [r["status"] for r in rows] == ["finished", "failed", "failed", "finished"]
     assert rows[1]["reason"] == "RuntimeError: boom" and rows[2]["reason"] == "UserError: bad value"
     assert float(rows[0]["value"]) == pytest.approx((0.7 + 0.65) / 2) and rows[0]["algorithm.kl_coef"] and rows[0]["run_dir"].endswith("/0")
-    assert "done: 2 finished, 2 failed" in study.end_line()
-    assert "4/4 done" in study.progress_line(trial, Outcome("finished", 0.7))
+    assert "done: 2 finished, 2 failed" in study.report.end_line()
+    assert "4/4 done" in study.report.progress_line(trial, Outcome("finished", 0.7))
 
 
 def test_resume_skips_finished_trials_and_reruns_interrupted_ones(tmp_path):
@@ -84,7 +84,7 @@ def test_resume_skips_finished_trials_and_reruns_interrupted_ones(tmp_path):
 
     again = _study(tmp_path, heartbeat_s=1)
     assert again.resumed
-    assert "resumed: 1 done" in again.start_line() and "1 to run again" in again.start_line()
+    assert "resumed: 1 done" in again.report.start_line() and "1 to run again" in again.report.start_line()
     numbers = []
     while (got := again.ask()) is not None:
         t, p = got
@@ -93,7 +93,7 @@ def test_resume_skips_finished_trials_and_reruns_interrupted_ones(tmp_path):
         again.tell(t, Outcome.from_run(again.trial_dir(t.number), again.settings))
     assert [n for n, _ in numbers] == [3, 4]  # the last grid point, then the interrupted one again
     assert numbers[1][1] == params
-    counts = again.counts()
+    counts = again.report.counts()
     assert counts["finished"] == 3 and counts["interrupted"] == 1 and counts["running"] == 1  # the lost one is not stale yet
 
 
@@ -128,13 +128,13 @@ def test_a_trial_whose_worker_vanished_runs_again_once_its_heartbeat_is_stale(tm
     trial, params = study.ask()  # ... and the worker is killed: no outcome, no more heartbeats
     time.sleep(5)  # > 3 heartbeats (SQLite keeps whole seconds)
     again = _study(tmp_path, heartbeat_s=1)
-    assert "1 to run again" in again.start_line()
+    assert "1 to run again" in again.report.start_line()
     asked = []
     while (got := again.ask()) is not None:
         asked.append(got[1])
         again.tell(got[0], Outcome("finished", 0.5))
     assert len(asked) == 4 and asked[-1] == params  # the 3 untouched grid points, then the lost one
-    again.write_csv()
+    again.report.write_csv()
     statuses = [r["status"] for r in _table(again)]
     assert statuses.count("interrupted") == 1 and statuses.count("finished") == 4
 
@@ -159,7 +159,7 @@ def test_an_interrupted_trial_with_a_checkpoint_is_continued_in_its_own_director
     retries = {t.user_attrs["retry_of"]: t for t, _ in asked if "retry_of" in t.user_attrs}
     assert again.run_subdir(retries[first.number]) == str(first.number) and asked[-2][1] == params
     assert again.run_subdir(retries[second.number]) == str(retries[second.number].number)  # starts afresh
-    again.write_csv()
+    again.report.write_csv()
     rows = {r["trial"]: r for r in _table(again)}
     assert rows[str(retries[first.number].number)]["run_dir"] == str(run_dir)
 
@@ -171,10 +171,10 @@ def test_a_failed_trial_with_no_status_runs_again_on_resume_and_is_called_interr
     lost = study.study.ask()  # popped and its axes suggested, then its worker died before recording a status
     params = {axis.key: axis.suggest(lost) for axis in study.space.axes}
     study.study.tell(lost, state=TrialState.FAIL)
-    study.write_csv()
+    study.report.write_csv()
     assert [r["status"] for r in _table(study)] == ["interrupted", "waiting", "waiting", "waiting"]
     again = _study(tmp_path)
-    assert "1 to run again" in again.start_line()
+    assert "1 to run again" in again.report.start_line()
     asked = []
     while (got := again.ask()) is not None:
         asked.append(got[1])

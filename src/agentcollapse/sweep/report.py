@@ -1,7 +1,7 @@
 """What a sweep says about itself: the trial counts, ``trials.csv``, and the start, progress and end lines.
 
-:class:`StudyReport` is the reporting half of :class:`~agentcollapse.sweep.study.SweepStudy`; it reads
-the study and never changes it.
+:class:`StudyReport` reads an opened study and never changes it; :class:`~agentcollapse.sweep.study.SweepStudy`,
+which sets the study up and runs its trials, holds one (``SweepStudy.report``) and is told nothing by it.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,22 +30,26 @@ def format_duration(seconds: float) -> str:
     return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
+@dataclass
 class StudyReport:
-    """Counts, the table and the lines of one sweep's study (what :class:`SweepStudy` sets up)."""
+    """Counts, the table and the lines of one sweep's opened study: the study, the sweep's settings,
+    directory and search space, the worker's name and storage URL (which may hold a password: only
+    shown hidden), the grid's points, when the worker started, and whether it resumed the study
+    (re-enqueuing ``requeued_now`` trials)."""
 
+    study: Any = field(repr=False)
     settings: SweepSettings
     sweep_dir: Path
     space: SearchSpace
     worker: str
-    storage_url: str
-    started: float
-    study: Any
-    resumed: bool
-    requeued_now: int
+    storage_url: str = field(repr=False)
     grid: list[dict[str, str]]
+    started: float
+    resumed: bool = False
+    requeued_now: int = 0
 
     def _trials(self) -> list[Any]:
-        """Every trial of the sweep; not the strays of a grid (see :meth:`SweepStudy.ask`), nor a trial
+        """Every trial of the sweep; not the strays of a grid (see ``SweepStudy.ask``), nor a trial
         another worker has asked for this instant and not yet marked as its own (a stray, or about to be one)."""
         from optuna.trial import TrialState
 

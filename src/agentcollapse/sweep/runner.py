@@ -112,8 +112,8 @@ def run_sweep(
     # Hydra's launcher logs every job's full override list; the start line above names its axes instead
     logging.getLogger("hydra._internal.core_plugins.basic_launcher").setLevel(logging.WARNING)
     study = SweepStudy(settings, sweep_dir, space).open()
-    study.write_csv()
-    _say(study.start_line())
+    study.report.write_csv()
+    _say(study.report.start_line())
     returns: list[Any] = []
     while True:
         batch = study.ask_batch(settings.batch_size)
@@ -134,20 +134,20 @@ def run_sweep(
                 if interrupted and outcome.status in ("failed", "interrupted"):
                     outcome.status = "interrupted"  # runs again when the sweep resumes
                 study.tell(trial, outcome)
-                _say(study.progress_line(trial, outcome))
-            study.write_csv()
+                _say(study.report.progress_line(trial, outcome))
+            study.report.write_csv()
             if interrupted:
                 _say(f"[sweep {study.worker}] interrupted; resume with the same command and hydra.sweep.dir={sweep_dir}")
             raise
         for (trial, _), result in zip(batch, results):
             outcome = _outcome(study, trial, result)
             study.tell(trial, outcome)
-            _say(study.progress_line(trial, outcome))
-        study.write_csv()
+            _say(study.report.progress_line(trial, outcome))
+        study.report.write_csv()
         returns.append(results)
-    study.write_csv()
-    _say(study.end_line())
-    counts = study.counts()
+    study.report.write_csv()
+    _say(study.report.end_line())
+    counts = study.report.counts()
     if counts["finished"] + counts["pruned"] == 0 and counts["failed"] > 0:
         raise UserError(f"every trial failed (reasons in {sweep_dir / 'trials.csv'})")
     return returns

@@ -16,7 +16,8 @@ interrupted (Ctrl+C, SIGTERM) or whose worker vanished (no heartbeat for ``3 * h
 status recorded at all: :func:`agentcollapse.records.runs_again`). A trial run again continues from the
 interrupted run's last checkpoint, in its directory, when it wrote one (an hour-long run interrupted at
 the end of a session loses only the iterations since its last checkpoint); otherwise it starts afresh. The
-table and the progress lines are :mod:`.report`'s; Optuna's internals are only touched in :mod:`.optuna_bridge`.
+table and the progress lines are the study's :class:`~.report.StudyReport` (``SweepStudy.report``, made
+when the study opens); Optuna's internals are only touched in :mod:`.optuna_bridge`.
 """
 
 from __future__ import annotations
@@ -47,8 +48,11 @@ __all__ = ["SweepStudy"]
 KEPT_SETTINGS = ("sampler", "objective", "summary_key", "direction")
 
 
-class SweepStudy(StudyReport):
-    """One sweep directory's study: setup and resume, asking for trials, recording outcomes."""
+class SweepStudy:
+    """One sweep directory's study: setup and resume, asking for trials, recording outcomes. What it
+    says about itself (counts, ``trials.csv``, the lines) is its :attr:`report`, once opened."""
+
+    report: StudyReport
 
     def __init__(self, settings: SweepSettings, sweep_dir: str | Path, space: SearchSpace, worker: str = "") -> None:
         settings.validate()
@@ -91,6 +95,18 @@ class SweepStudy(StudyReport):
             else:
                 self._check_same_sweep()
                 self._requeue_lost_and_interrupted()
+        self.report = StudyReport(
+            study,
+            self.settings,
+            self.sweep_dir,
+            self.space,
+            self.worker,
+            self.storage_url,
+            self.grid,
+            self.started,
+            self.resumed,
+            self.requeued_now,
+        )
         return self
 
     @staticmethod
@@ -193,7 +209,7 @@ class SweepStudy(StudyReport):
 
         if self.settings.sampler == "grid" and not self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             return None
-        if self.settings.sampler != "grid" and self.remaining() <= 0:
+        if self.settings.sampler != "grid" and self.report.remaining() <= 0:
             return None
         trial = self.study.ask()
         if self.settings.sampler == "grid" and not trial.user_attrs.get("grid"):
