@@ -29,6 +29,8 @@ STATUSES = ("running", "finished", "failed", "interrupted")
 # interrupted one again names the sweep subdirectory whose checkpoint it continues (RESUMES).
 STATUS, REASON, RUN_DIR, STRAY, RESUMES = "status", "reason", "run_dir", "stray", "resumes"
 RETRY_STATUSES = ("interrupted", "lost")  # run again on resume
+# A sweep's trials.csv: these columns, with one column per sweep axis between the two parts
+TRIAL_COLUMNS = (("trial", "status", "value"), ("final", "last_step", "pruned_at", "duration_s", "retry_of", "worker", "run_dir", "reason"))
 # Optuna's trial states (TrialState names, so this module needs no Optuna) as a sweep names them
 _TRIAL_STATES = {"WAITING": "waiting", "RUNNING": "running", "PRUNED": "pruned", "COMPLETE": "finished"}
 

@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from agentcollapse.records import REASON, RUN_DIR, STRAY, read_summary, trial_status
+from agentcollapse.records import REASON, RUN_DIR, STRAY, TRIAL_COLUMNS, read_summary, trial_status
 
 __all__ = [
     "CHANCE_RETRIEVAL",
@@ -289,8 +289,7 @@ def _trials_table(sweep_dir: Path) -> pd.DataFrame | None:
         except (OSError, csv.Error):
             rows = []
         if rows:
-            known = {"trial", "status", "value", "final", "last_step", "pruned_at", "duration_s", "retry_of", "worker", "run_dir", "reason"}
-            axes = [c for c in rows[0] if c not in known]
+            axes = [c for c in rows[0] if c not in {*TRIAL_COLUMNS[0], *TRIAL_COLUMNS[1]}]
             table = pd.DataFrame(
                 {
                     "trial": [r.get("trial", "") for r in rows],

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentcollapse.records import REASON, RUN_DIR, STATUS, STRAY, atomic_write_text, trial_status
+from agentcollapse.records import REASON, RUN_DIR, STATUS, STRAY, TRIAL_COLUMNS, atomic_write_text, trial_status
 from agentcollapse.sweep.optuna_bridge import enqueued_params
 from agentcollapse.sweep.outcome import Outcome
 from agentcollapse.sweep.settings import SweepSettings
@@ -110,8 +110,8 @@ class StudyReport:
 
     def write_csv(self) -> Path:
         """``trials.csv``: one row per trial (status, objective value, axis values, run dir, reason)."""
-        columns = ["trial", "status", "value", *self.space.keys, "final", "last_step", "pruned_at", "duration_s"]
-        columns += ["retry_of", "worker", "run_dir", "reason"]
+        before, after = TRIAL_COLUMNS
+        columns = [*before, *self.space.keys, *after]
         buf = io.StringIO()
         writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
