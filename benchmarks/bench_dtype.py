@@ -23,17 +23,19 @@ Not a test: numbers go in issue notes.
 
 from __future__ import annotations
 
-import argparse
 import statistics
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from agentcollapse.lightning.update import micro_batches
 from agentcollapse.rollout.sequences import build_sequences, collate
 from agentcollapse.run.jobs import config_and_policy, training_batch
-from benchmarks.common import alternating, linear_params, matmul_probe, policy_dir, save_result, timed, with_model
+from benchmarks.common import alternating, bench_parser, linear_params, matmul_probe, policy_dir, save_result, timed, with_model
 
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")  # the kernels the probe times
+DTYPES = ("float32", "bfloat16")
 
 
 def _collated(policy, batch, micro: int):
@@ -128,77 +130,34 @@ def profile_update(policy, batch, micro: int, top: int = 12) -> dict[str, object
     }
 
 
+@dataclass
+class Measured:
+    """What the alternating dtype runs measured."""
+
+    times: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # dtype -> pass -> seconds per repeat
+    logp: dict[str, torch.Tensor] = field(default_factory=dict)  # dtype -> sampled tokens' log-probs (float32 rollout)
+    profiles: dict[str, dict[str, object]] = field(default_factory=dict)  # dtype -> profiled update
+    rows: list[int] = field(default_factory=list)  # per micro-batch: positions through the decoder
+    head_rows: list[int] = field(default_factory=list)  # per micro-batch: rows through the LM head
+    sizes: dict[str, int] = field(default_factory=dict)  # the model's linear sizes
+    checkpointing: bool = False
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--micro-batch", type=int, default=8, help="sequences per forward (the update's algorithm.micro_batch_size default)")
-    ap.add_argument("--no-profile", action="store_true", help="skip the profiled update of each dtype")
-    ap.add_argument("overrides", nargs="*")
-    args = ap.parse_args()
+    args = parse_args()
     base = with_model(args.overrides)
     base = [*base, "rollout.num_prompts=4", "rollout.group_size=8"] if not any("num_prompts" in o for o in base) else base
-    times: dict[str, dict[str, list[float]]] = {}
-    reference_batch, logp_by_dtype, profiles = None, {}, {}
-    rows = head_rows = None
-    sizes: dict[str, int] = {}
-    checkpointing = False
-    for repeat, dtype in alternating(("float32", "bfloat16"), args.repeats):
-        cfg, policy = config_and_policy([*base, f"model.dtype={dtype}"], report=False)
-        checkpointing = cfg.model.gradient_checkpointing
-        if not sizes:
-            sizes = linear_params(policy_dir([*base, f"model.dtype={dtype}"]))[1]
-        batch, perf = training_batch(policy, cfg)
-        if repeat == 0 and dtype == "float32":
-            reference_batch = batch
-            rows, head_rows = _shapes(policy, batch, args.micro_batch)
-        scoring, update, _ = _passes(policy, reference_batch, args.micro_batch)  # the same sequences in both dtypes
-        row = times.setdefault(dtype, {"rollout_s": [], "tokens_per_s": [], "scoring_s": [], "update_s": []})
-        row["rollout_s"].append(perf["perf/rollout_time_s"])
-        row["tokens_per_s"].append(perf["perf/rollout_tokens_per_s"])
-        row["scoring_s"].append(scoring)
-        row["update_s"].append(update)
-        print(
-            f"repeat {repeat} {dtype:9s} rollout {perf['perf/rollout_time_s']:.1f}s ({perf['perf/rollout_tokens_per_s']:.0f} tok/s)  "
-            f"scoring {scoring:.1f}s  update {update:.1f}s",
-            flush=True,
-        )
-        if repeat == 0:
-            logp_by_dtype[dtype] = _passes(policy, reference_batch, args.micro_batch)[2]
-        if repeat == args.repeats - 1 and not args.no_profile:
-            profiles[dtype] = profile_update(policy, reference_batch, args.micro_batch)
-            print(f"  profiled update: matmul kernels {profiles[dtype]['matmul_share']:.0%} of self time", flush=True)
-        del policy
+    m = time_dtypes(args, base)
     # the limit: each dtype's matmul rate at the passes' own shapes, best of a probe before and after
-    shapes = probe_shapes(sizes, round(statistics.fmean(rows)), round(statistics.fmean(head_rows)))
-    rates: dict[str, float] = {}
-    for _ in range(2):
-        for dtype in ("float32", "bfloat16"):
-            got = matmul_probe([s for s, _ in shapes.values()], torch.get_num_threads(), repeats=5, dtype=dtype)
-            for name, (s, _) in shapes.items():
-                key = f"{dtype}:{name}"
-                rates[key] = max(rates.get(key, 0.0), got["x".join(map(str, s))])
-    median = {d: {k: statistics.median(v) for k, v in row.items()} for d, row in times.items()}
+    shapes = probe_shapes(m.sizes, round(statistics.fmean(m.rows)), round(statistics.fmean(m.head_rows)))
+    rates = probe_rates(shapes)
+    median = {d: {k: statistics.median(v) for k, v in row.items()} for d, row in m.times.items()}
     ratio = {k: median["bfloat16"][k] / median["float32"][k] for k in ("rollout_s", "scoring_s", "update_s")}
-    diff = float((logp_by_dtype["bfloat16"] - logp_by_dtype["float32"]).abs().mean())
-    limit: dict[str, dict[str, float]] = {}
-    for dtype in ("float32", "bfloat16"):
-        fwd = probe_seconds(shapes, sizes["layers"], rows, head_rows, rates, dtype)
-        one = fwd["layers"] + fwd["head"]
-        update_probe = 2 * one + (fwd["layers"] if checkpointing else 0.0)  # forward + backward to the inputs (+ recompute)
-        limit[dtype] = {
-            "scoring_probe_s": one,
-            "scoring_fraction": one / median[dtype]["scoring_s"],
-            "update_probe_s": update_probe,
-            "update_fraction": update_probe / median[dtype]["update_s"],
-            "head_share_of_probe": fwd["head"] / one,
-        }
-        print(
-            f"{dtype}: scoring {limit[dtype]['scoring_fraction']:.0%} of the matmul limit, update {limit[dtype]['update_fraction']:.0%} "
-            f"(probe {update_probe:.1f}s vs {median[dtype]['update_s']:.1f}s)"
-        )
+    diff = float((m.logp["bfloat16"] - m.logp["float32"]).abs().mean())
+    limit = {dtype: against_limit(shapes, m, rates, median[dtype], dtype) for dtype in DTYPES}
     print(f"bf16 / fp32 time: rollout {ratio['rollout_s']:.2f}, scoring {ratio['scoring_s']:.2f}, update {ratio['update_s']:.2f}")
     print(f"mean |log p bf16 - log p fp32| over the sampled tokens: {diff:.4f} nats")
-    for dtype, prof in profiles.items():
+    for dtype, prof in m.profiles.items():
         print(
             f"{dtype} update profile (self time {prof['self_s']:.1f}s): "
             + ", ".join(f"{t['op']} {t['share']:.0%}" for t in prof["top"][:6])
@@ -212,16 +171,97 @@ def main() -> None:
             "median": median,
             "ratio_bf16_over_fp32": ratio,
             "logp_abs_diff": diff,
-            "model_sizes": sizes,
-            "gradient_checkpointing": checkpointing,
+            "model_sizes": m.sizes,
+            "gradient_checkpointing": m.checkpointing,
             "micro_batch": args.micro_batch,
-            "rows_per_micro_batch": statistics.fmean(rows),
-            "head_rows_per_micro_batch": statistics.fmean(head_rows),
+            "rows_per_micro_batch": statistics.fmean(m.rows),
+            "head_rows_per_micro_batch": statistics.fmean(m.head_rows),
             "matmul_probe_gflops": rates,
             "limit": limit,
-            "update_profile": profiles,
+            "update_profile": m.profiles,
         },
+        args.out,
     )
+
+
+def parse_args() -> Any:
+    ap = bench_parser(
+        __doc__,
+        repeats=2,
+        repeats_help="alternating float32/bfloat16 rounds",
+        overrides="Hydra overrides (model=smollm2-135m unless one is given)",
+    )
+    ap.add_argument("--micro-batch", type=int, default=8, help="sequences per forward (the update's algorithm.micro_batch_size default)")
+    ap.add_argument("--no-profile", action="store_true", help="skip the profiled update of each dtype")
+    return ap.parse_args()
+
+
+def time_dtypes(args: Any, base: list[str]) -> Measured:
+    """``--repeats`` rounds of both dtypes: each loads the policy, rolls out iteration 1 (timed), then
+    scores and updates the first float32 batch, so both dtypes run the same sequences."""
+    m = Measured()
+    reference_batch = None
+    for repeat, dtype in alternating(DTYPES, args.repeats):
+        cfg, policy = config_and_policy([*base, f"model.dtype={dtype}"], report=False)
+        m.checkpointing = cfg.model.gradient_checkpointing
+        if not m.sizes:
+            m.sizes = linear_params(policy_dir([*base, f"model.dtype={dtype}"]))[1]
+        batch, perf = training_batch(policy, cfg)
+        if repeat == 0 and dtype == "float32":
+            reference_batch = batch
+            m.rows, m.head_rows = _shapes(policy, batch, args.micro_batch)
+        scoring, update, _ = _passes(policy, reference_batch, args.micro_batch)  # the same sequences in both dtypes
+        row = m.times.setdefault(dtype, {"rollout_s": [], "tokens_per_s": [], "scoring_s": [], "update_s": []})
+        row["rollout_s"].append(perf["perf/rollout_time_s"])
+        row["tokens_per_s"].append(perf["perf/rollout_tokens_per_s"])
+        row["scoring_s"].append(scoring)
+        row["update_s"].append(update)
+        print(
+            f"repeat {repeat} {dtype:9s} rollout {perf['perf/rollout_time_s']:.1f}s ({perf['perf/rollout_tokens_per_s']:.0f} tok/s)  "
+            f"scoring {scoring:.1f}s  update {update:.1f}s",
+            flush=True,
+        )
+        if repeat == 0:
+            m.logp[dtype] = _passes(policy, reference_batch, args.micro_batch)[2]
+        if repeat == args.repeats - 1 and not args.no_profile:
+            m.profiles[dtype] = profile_update(policy, reference_batch, args.micro_batch)
+            print(f"  profiled update: matmul kernels {m.profiles[dtype]['matmul_share']:.0%} of self time", flush=True)
+        del policy
+    return m
+
+
+def probe_rates(shapes: dict[str, tuple[tuple[int, int, int], int]]) -> dict[str, float]:
+    """GFLOP/s of each dtype at each shape, the best of two probes (one probe on a shared machine can read low)."""
+    rates: dict[str, float] = {}
+    for _ in range(2):
+        for dtype in DTYPES:
+            got = matmul_probe([s for s, _ in shapes.values()], torch.get_num_threads(), repeats=5, dtype=dtype)
+            for name, (s, _) in shapes.items():
+                key = f"{dtype}:{name}"
+                rates[key] = max(rates.get(key, 0.0), got["x".join(map(str, s))])
+    return rates
+
+
+def against_limit(
+    shapes: dict[str, tuple[tuple[int, int, int], int]], m: Measured, rates: dict[str, float], median: dict[str, float], dtype: str
+) -> dict[str, float]:
+    """What the scoring and update passes' matmuls alone take at the probe's rates, and that time's
+    fraction of each pass's measured time."""
+    fwd = probe_seconds(shapes, m.sizes["layers"], m.rows, m.head_rows, rates, dtype)
+    one = fwd["layers"] + fwd["head"]
+    update_probe = 2 * one + (fwd["layers"] if m.checkpointing else 0.0)  # forward + backward to the inputs (+ recompute)
+    limit = {
+        "scoring_probe_s": one,
+        "scoring_fraction": one / median["scoring_s"],
+        "update_probe_s": update_probe,
+        "update_fraction": update_probe / median["update_s"],
+        "head_share_of_probe": fwd["head"] / one,
+    }
+    print(
+        f"{dtype}: scoring {limit['scoring_fraction']:.0%} of the matmul limit, update {limit['update_fraction']:.0%} "
+        f"(probe {update_probe:.1f}s vs {median['update_s']:.1f}s)"
+    )
+    return limit
 
 
 if __name__ == "__main__":
