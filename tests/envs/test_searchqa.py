@@ -8,6 +8,7 @@ from agentcollapse.config import EnvConfig
 from agentcollapse.envs.searchqa import SearchQAEnv, exact_match, normalize_answer
 from agentcollapse.errors import UserError
 from agentcollapse.models.tokenizer import UNK, build_tokenizer
+from agentcollapse.seeds import TRAIN_SEED_BASE
 
 CORPUS = [
     {"id": "0", "contents": '"Mount Orvel"\nMount Orvel is a mountain in Quenland.'},
@@ -22,7 +23,8 @@ QUESTIONS = [
 
 @pytest.fixture
 def data_dir(tmp_path):
-    for name, records in (("corpus.jsonl", CORPUS), ("questions.jsonl", QUESTIONS)):
+    # the held-out file holds the same two questions, so evaluation seeds 0 and 1 ask them in order
+    for name, records in (("corpus.jsonl", CORPUS), ("questions.jsonl", QUESTIONS), ("questions_test.jsonl", QUESTIONS)):
         (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in records))
     return tmp_path
 
@@ -88,6 +90,30 @@ def test_a_wrong_answer_ends_the_episode_with_zero(data_dir):
     _, reward, done, info = env.step("answer[Dask]")
     assert (reward, done, info["success"], info["action_is_valid"]) == (0.0, True, False, True)
     assert info["reason"] == "wrong answer 'Dask'"
+
+
+def test_evaluation_seeds_ask_held_out_questions_and_training_seeds_the_others(tmp_path):
+    questions = [{"question": f"What is item {i} ?", "golden_answers": [f"a{i}"]} for i in range(20)]
+    (tmp_path / "corpus.jsonl").write_text("".join(json.dumps(r) + "\n" for r in CORPUS))
+    (tmp_path / "questions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in questions))
+    env = SearchQAEnv(data_path=str(tmp_path))
+    held = {q.text for q in env.data.heldout}
+    assert len(held) == 2 and len(env.data.train) == 18 and len(env.data.questions) == 20  # a tenth held out
+    assert {_asked(env, seed) for seed in range(50)} == held
+    assert {_asked(env, TRAIN_SEED_BASE + seed) for seed in range(50)} == {q.text for q in env.data.train}
+    # a test file of its own: evaluation asks only it, training all of questions.jsonl
+    own = tmp_path / "own"
+    own.mkdir()
+    for name in ("corpus.jsonl", "questions.jsonl"):
+        (own / name).write_text((tmp_path / name).read_text())
+    (own / "questions_test.jsonl").write_text(json.dumps({"question": "Held out ?", "golden_answers": ["x"]}) + "\n")
+    env = SearchQAEnv(data_path=str(own))
+    assert {_asked(env, seed) for seed in range(5)} == {"Held out ?"} and len(env.data.train) == 20
+
+
+def _asked(env, seed):
+    env.reset(seed)
+    return env.question.text
 
 
 @pytest.mark.parametrize(

@@ -13,8 +13,9 @@ import pytest
 from agentcollapse import envs
 from agentcollapse.config import EnvConfig
 from agentcollapse.envs.webshop import WebShopEnv
-from agentcollapse.envs.webshop_data import generate_catalogue, generated_goal, load_catalogue
+from agentcollapse.envs.webshop_data import generate_catalogue, generated_goal, goal_for, load_catalogue
 from agentcollapse.errors import UserError
+from agentcollapse.seeds import TRAIN_SEED_BASE
 
 PRODUCTS = [
     {
@@ -165,6 +166,16 @@ def test_loader_reads_the_original_format(tmp_path):
     assert (a1.price, a2.price, a3.price) == (15.5, 30.0, 100.0)  # first listed price; none -> $100
     assert a2.bullet_points == ("long sleeve",) and a1.bullet_points == ("crew neck",)
     assert len(catalogue.goals) == 1 and catalogue.goals[0].options == ("m", "navy | white")
+
+
+def test_evaluation_seeds_ask_held_out_instructions_and_training_seeds_the_others(tmp_path):
+    goal = INSTRUCTIONS["A1"][0]
+    many = {"A1": [dict(goal, instruction=f"i want a cotton shirt number {i}, size m.") for i in range(20)]}
+    catalogue = load_catalogue(1, 0, str(write_data(tmp_path / "many", instructions=many)))
+    held = {g.instruction for g in catalogue.heldout_goals}
+    assert len(held) == 2 and len(catalogue.train_goals) == 18 and len(catalogue.goals) == 20  # a tenth held out
+    assert {goal_for(catalogue, seed).instruction for seed in range(50)} == held
+    assert {goal_for(catalogue, TRAIN_SEED_BASE + seed).instruction for seed in range(50)} == {g.instruction for g in catalogue.train_goals}
 
 
 def test_loader_reads_the_optional_attribute_file(tmp_path):

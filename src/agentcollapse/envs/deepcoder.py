@@ -19,7 +19,7 @@ Programs run in ``envs.sandbox`` (``sandbox="strict"`` refuses to start without 
 are compared here. Problems: the generated family (``deepcoder_problems.generate_problem``) or, with
 ``data_path``, real problems (``deepcoder_problems.load_problems``): a JSON Lines file, of which a tenth
 is held out (``split_problems``), or a directory holding ``train.jsonl`` and ``test.jsonl``. Held-out
-(evaluation) seeds, those below ``seeds.TRAIN_SEED_BASE``, draw from the held-out problems; training
+(evaluation) seeds draw (``envs.splits``) from the held-out problems; training
 and warm-start seeds from the rest, so an evaluation never asks a problem the policy trained on.
 """
 
@@ -48,8 +48,8 @@ from agentcollapse.envs.deepcoder_problems import (
     tasks_for,
 )
 from agentcollapse.envs.sandbox import MODES, OK, Check, Limits, Sandbox, SandboxUnavailable, TestRun, outputs_match
+from agentcollapse.envs.splits import is_held_out_seed
 from agentcollapse.errors import UserError
-from agentcollapse.seeds import TRAIN_SEED_BASE
 
 MAX_CODE_CHARS = 20_000
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n?(.*?)```", re.DOTALL | re.IGNORECASE)
@@ -206,7 +206,7 @@ class DeepCoderEnv(SingleAnswerEnv):
     def _reset(self, seed: int) -> None:
         rng = random.Random(seed)
         if self.problems is not None and self.heldout_problems is not None:
-            pool = self.heldout_problems if seed < TRAIN_SEED_BASE else self.problems
+            pool = self.heldout_problems if is_held_out_seed(seed) else self.problems
             self.problem = pool[rng.randrange(len(pool))]
         else:
             self.problem = generate_problem(rng, self.difficulty, self.style, self.num_tests)

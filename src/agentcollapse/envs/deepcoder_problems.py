@@ -37,7 +37,6 @@ warm start's demonstrations answer with. A line that is not such a problem is an
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import math
 import random
@@ -46,6 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentcollapse.envs.splits import HELDOUT_SHARE, split_by_hash
 from agentcollapse.errors import UserError
 
 STYLES = ("stdio", "call", "mixed")
@@ -373,22 +373,6 @@ def load_problems(path: str | Path) -> list[CodeProblem]:
     return problems
 
 
-HELDOUT_SHARE = 0.1
-"""Share of a single real problem file held out for evaluation (``split_problems``)."""
-
-
 def split_problems(problems: list[CodeProblem], share: float = HELDOUT_SHARE) -> tuple[list[CodeProblem], list[CodeProblem]]:
-    """(training, held-out) problems of one file: the ``share`` (at least one) whose statements hash
-    lowest, so the split does not depend on the file's order and equal statements fall on one side;
-    each part keeps the file's order. A single problem is both (there is nothing to hold out)."""
-    if not 0.0 < share < 1.0:
-        raise ValueError(f"held-out share {share!r} must be in (0, 1)")
-    if len(problems) < 2:
-        return list(problems), list(problems)
-    digest = [hashlib.sha256(p.statement.encode("utf-8", "surrogatepass")).hexdigest() for p in problems]
-    by_hash = sorted(range(len(problems)), key=lambda i: (digest[i], i))
-    cut = digest[by_hash[min(len(problems) - 1, max(1, round(share * len(problems)))) - 1]]
-    held = {i for i in range(len(problems)) if digest[i] <= cut}
-    if len(held) == len(problems):  # every statement the same: nothing can be held out apart
-        return list(problems), list(problems)
-    return [p for i, p in enumerate(problems) if i not in held], [p for i, p in enumerate(problems) if i in held]
+    """(training, held-out) problems of one file (``envs.splits.split_by_hash`` on the statements)."""
+    return split_by_hash(problems, lambda p: p.statement, share)

@@ -14,8 +14,8 @@ action: reward 0 plus the format penalty, with a one-line ``info["reason"]``, an
 
 Data: by default a generated world (``searchqa_world``: invented entities, one passage each, ``num_passages``
 of them) and a question drawn per seed from it, single-hop, bridge (two-hop) or comparison; with
-``data_path``, a real corpus and question file (``searchqa_data``: Search-R1's format), question
-``seed mod N``. The corpus and its index are built once per process and shared by every env instance.
+``data_path``, a real corpus and question file (``searchqa_data``: Search-R1's format): an evaluation
+seed asks held-out question ``seed mod N``, a training seed one of the others (``envs.splits``). The corpus and its index are built once per process and shared by every env instance.
 
 The planner (``demonstration``) searches each entity the question needs, in order, reading the
 passage that answers it, quoting the sentence it read between double quotes, and answers. ``grounding``
@@ -38,6 +38,7 @@ from agentcollapse.envs.base import TextEnv
 from agentcollapse.envs.retrieval import BM25Index
 from agentcollapse.envs.searchqa_data import Dataset, Passage, Question, load_dataset
 from agentcollapse.envs.searchqa_world import KINDS, World, generate_world, make_question
+from agentcollapse.envs.splits import is_held_out_seed
 from agentcollapse.errors import UserError
 
 _ACTION = re.compile(r"^\s*(search|answer)\s*\[(.*)\]\s*$", re.IGNORECASE | re.DOTALL)
@@ -135,7 +136,8 @@ class SearchQAEnv(TextEnv):
         if self.world is not None:
             self.question = make_question(self.world, seed, self.kinds)
         else:
-            self.question = self.data.questions[seed % len(self.data.questions)]
+            pool = self.data.heldout if is_held_out_seed(seed) else self.data.train
+            self.question = pool[seed % len(pool)]
         self.shown, self.results, self.last_query, self._reason = [], [], None, None
 
     def step(self, action_text: str) -> tuple[str, float, bool, dict[str, Any]]:

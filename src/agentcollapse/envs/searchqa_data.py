@@ -9,6 +9,8 @@ real corpus from ``env.data_path`` (the generated world is ``searchqa_world``).
 - ``questions.jsonl``: NQ / HotpotQA-style questions as Search-R1's data sets carry them,
   ``{"question": ..., "golden_answers": [...]}`` (a single string answer is accepted too). Extra keys
   (``id``, ``data_source`` ...) are ignored.
+- ``questions_test.jsonl`` (optional, same format): the held-out questions evaluation episodes ask
+  (e.g. Search-R1's test split); without it a tenth of ``questions.jsonl`` is held out (``envs.splits``).
 
 A malformed line fails with one line naming the file, the line number and what is wrong; blank lines
 are skipped.
@@ -20,10 +22,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from agentcollapse.envs.splits import split_by_hash
 from agentcollapse.errors import UserError
 
 CORPUS_FILE = "corpus.jsonl"
 QUESTIONS_FILE = "questions.jsonl"
+TEST_QUESTIONS_FILE = "questions_test.jsonl"
 
 
 @dataclass(frozen=True)
@@ -59,8 +63,10 @@ class Question:
 @dataclass
 class Dataset:
     passages: list[Passage]
-    questions: list[Question] = field(default_factory=list)  # real data: the question file; generated: empty (drawn per seed)
+    questions: list[Question] = field(default_factory=list)  # real data: every question; generated: empty (drawn per seed)
     source: str = "generated"
+    train: list[Question] = field(default_factory=list)  # real data: what training episodes ask
+    heldout: list[Question] = field(default_factory=list)  # real data: what evaluation episodes ask
 
 
 def _records(path: Path) -> list[tuple[int, dict]]:
@@ -125,7 +131,13 @@ def load_dataset(data_path: str | Path) -> Dataset:
         raise UserError(f"env.data_path={data_path} does not exist; point it at a directory with {CORPUS_FILE} and {QUESTIONS_FILE}")
     if not root.is_dir():
         raise UserError(f"env.data_path={data_path} is a file; point it at a directory with {CORPUS_FILE} and {QUESTIONS_FILE}")
-    return Dataset(passages=load_corpus(root / CORPUS_FILE), questions=load_questions(root / QUESTIONS_FILE), source=str(root))
+    passages, questions = load_corpus(root / CORPUS_FILE), load_questions(root / QUESTIONS_FILE)
+    if (root / TEST_QUESTIONS_FILE).is_file():
+        train, heldout = questions, load_questions(root / TEST_QUESTIONS_FILE)
+        questions = questions + heldout
+    else:
+        train, heldout = split_by_hash(questions, lambda q: q.text)
+    return Dataset(passages=passages, questions=questions, source=str(root), train=train, heldout=heldout)
 
 
 __all__ = ["CORPUS_FILE", "QUESTIONS_FILE", "Dataset", "Hop", "Passage", "Question", "load_corpus", "load_dataset", "load_questions"]

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from agentcollapse.envs.retrieval import BM25Index
+from agentcollapse.envs.splits import is_held_out_seed, split_by_hash
 from agentcollapse.envs.webshop_reward import ShopGoal, ShopProduct
 from agentcollapse.errors import UserError
 
@@ -164,9 +165,13 @@ class Catalogue:
     index: BM25Index | None = None
     by_id: dict[str, int] = field(default_factory=dict)
 
+    train_goals: list[ShopGoal] = field(default_factory=list)  # real data: what training episodes ask
+    heldout_goals: list[ShopGoal] = field(default_factory=list)  # real data: what evaluation episodes ask
+
     def __post_init__(self) -> None:
         self.by_id = {p.asin.lower(): i for i, p in enumerate(self.products)}
         self.index = BM25Index([product_text(p) for p in self.products])
+        self.train_goals, self.heldout_goals = split_by_hash(self.goals, lambda g: g.instruction)
 
 
 def product_text(product: ShopProduct) -> str:
@@ -416,7 +421,9 @@ def load_catalogue(num_products: int, seed: int, data_path: str | None) -> Catal
 
 def goal_for(catalogue: Catalogue, seed: int) -> ShopGoal:
     """The instruction of an episode: drawn from the generated catalogue, or (real data) the
-    ``seed % len``-th human instruction."""
+    ``seed % len``-th human instruction of the held-out ones (an evaluation seed) or of the others
+    (``envs.splits``: the tenth whose instructions hash lowest is held out)."""
     if catalogue.goals:
-        return catalogue.goals[seed % len(catalogue.goals)]
+        pool = catalogue.heldout_goals if is_held_out_seed(seed) else catalogue.train_goals
+        return pool[seed % len(pool)]
     return generated_goal(catalogue.products, seed)
