@@ -1,0 +1,237 @@
+"""The pre-registered SmolLM2 experiment's rules (docs/results.md section 10), as written before its runs.
+
+Each rule is a plain function on one run's logged series, so the reading cannot drift from the plan:
+
+* :func:`decline_step`: the first iteration at which held-out success, as the mean of three consecutive
+  evaluations, lies ``drop`` (0.10) or more below the step-0 evaluation; the iteration is the last of the
+  three, the first at which the decline can be seen.
+* :func:`collapse_class`: template collapse (the trajectory MI z-score more than 2 sigma_z below its first
+  reading at two consecutive proxy steps while the trajectory conditional entropy stays within 2 sigma_H of
+  its own, the MI onset at or before success's), a drift to noise (the same MI fall with the conditional
+  entropy up by more than 2 sigma_H), or neither. The first reading is the mean of the first two proxy steps.
+* :func:`paired_length`: L = t + 8 rounded up to a multiple of 4, within [24, 60]; 40 when nothing happened.
+* :func:`final_success`: the primary outcome, the mean of the evaluations at L-8, L-4 and L.
+* :func:`paired_test`: the paired t-test with its interval and the exact Wilcoxon signed-rank test.
+* :func:`pairs_for_power`: the pairs a paired t-test needs for a power at an SD of the paired difference.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats as sps
+
+from agentcollapse.analysis.lag import onset
+
+__all__ = [
+    "SIGMA_H",
+    "SIGMA_Z",
+    "CollapseReading",
+    "PairedResult",
+    "collapse_class",
+    "decline_step",
+    "final_success",
+    "paired_length",
+    "paired_test",
+    "pairs_for_power",
+]
+
+SIGMA_Z = 0.59
+"""The trajectory MI z-score's SD over rollouts of one fixed SmolLM2 policy at P=4 x G=4 (section 9b)."""
+SIGMA_H = 0.21
+"""The trajectory conditional entropy's SD over the same rollouts, in nats (section 9b)."""
+
+
+def _sorted_finite(steps: Sequence[float], values: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
+    t, x = np.asarray(steps, float), np.asarray(values, float)
+    ok = np.isfinite(t) & np.isfinite(x)
+    order = np.argsort(t[ok], kind="stable")
+    return t[ok][order], x[ok][order]
+
+
+def decline_step(steps: Sequence[float], success: Sequence[float], drop: float = 0.10, window: int = 3) -> float:
+    """The first evaluation step that ends ``window`` consecutive evaluations whose mean lies ``drop`` or
+    more below the first evaluation (step 0's); NaN when none does."""
+    t, x = _sorted_finite(steps, success)
+    for end in range(window, len(x)):  # the window never includes step 0 itself
+        if x[end - window + 1 : end + 1].mean() <= x[0] - drop + 1e-12:
+            return float(t[end])
+    return math.nan
+
+
+@dataclass(frozen=True)
+class CollapseReading:
+    """One run's proxy reading against the pre-registered signature."""
+
+    kind: str  # "template collapse", "drift to noise" or "neither"
+    mi_fall_step: float  # the first of two consecutive proxy steps with MI more than 2 sigma_z down (NaN: none)
+    signature_step: float  # the MI fall's step when the conditional entropy held there (NaN otherwise)
+    success_onset: float  # section 7's onset of held-out success (NaN: none)
+    mi_first: float  # the first reading of the MI z-score
+    entropy_first: float  # the first reading of the conditional entropy
+
+
+def collapse_class(
+    proxy_steps: Sequence[float],
+    mi_z: Sequence[float],
+    cond_entropy: Sequence[float],
+    eval_steps: Sequence[float],
+    success: Sequence[float],
+    *,
+    sigma_z: float = SIGMA_Z,
+    sigma_h: float = SIGMA_H,
+    success_floor: float = 0.0,
+) -> CollapseReading:
+    """Class one run (module docstring). ``success_floor`` is the noise floor of section 7's success onset
+    (twice the binomial SE at the run's mean success and its episodes per evaluation)."""
+    t, z = _sorted_finite(proxy_steps, mi_z)
+    th, h = _sorted_finite(proxy_steps, cond_entropy)
+    s_on = onset(eval_steps, success, min_drop=success_floor)
+    if len(z) < 4 or len(h) < 2:
+        return CollapseReading("neither", math.nan, math.nan, s_on, math.nan, math.nan)
+    z0, h0 = float(z[:2].mean()), float(h[:2].mean())
+    by_step = dict(zip(th, h))
+    down = z < z0 - 2 * sigma_z
+    fall = next((i for i in range(2, len(z) - 1) if down[i] and down[i + 1]), None)
+    if fall is None:
+        return CollapseReading("neither", math.nan, math.nan, s_on, z0, h0)
+    entropies = [by_step.get(t[fall], math.nan), by_step.get(t[fall + 1], math.nan)]
+    holds = all(abs(e - h0) <= 2 * sigma_h for e in entropies)
+    rises = all(e > h0 + 2 * sigma_h for e in entropies)
+    mi_step = float(t[fall])
+    if holds:
+        first = math.isnan(s_on) or mi_step <= s_on
+        kind = "template collapse" if first else "neither"
+        return CollapseReading(kind, mi_step, mi_step, s_on, z0, h0)
+    return CollapseReading("drift to noise" if rises else "neither", mi_step, math.nan, s_on, z0, h0)
+
+
+def paired_length(event_step: float, *, pad: int = 8, multiple: int = 4, lo: int = 24, hi: int = 60, default: int = 40) -> int:
+    """The paired runs' length L from the first decline or signature step of the long no-filter run."""
+    if math.isnan(event_step):
+        return default
+    length = multiple * math.ceil((event_step + pad) / multiple)
+    return int(min(hi, max(lo, length)))
+
+
+def final_success(steps: Sequence[float], success: Sequence[float], length: int, *, at: Sequence[int] = (8, 4, 0)) -> float:
+    """The mean held-out success at iterations ``length - a`` for ``a`` in ``at``; NaN if one is missing."""
+    by_step = dict(zip(*_sorted_finite(steps, success)))
+    values = [by_step.get(float(length - a), math.nan) for a in at]
+    return float(np.mean(values)) if all(math.isfinite(v) for v in values) else math.nan
+
+
+@dataclass(frozen=True)
+class PairedResult:
+    n: int
+    mean: float
+    sd: float
+    ci_low: float
+    ci_high: float
+    t_p: float
+    wilcoxon_p: float
+    reading: str  # "the filter helps", "no effect of the paper's size", "inconclusive"
+
+
+def paired_test(differences: Sequence[float], *, effect: float = 0.10, level: float = 0.95) -> PairedResult:
+    """Paired t-test (two-sided) with the t interval of the mean difference, the exact Wilcoxon
+    signed-rank p beside it, and the pre-registered reading of the interval."""
+    d = np.asarray(differences, float)
+    d = d[np.isfinite(d)]
+    n = len(d)
+    if n < 2:
+        mean = float(d.mean()) if n else math.nan
+        return PairedResult(n, mean, math.nan, math.nan, math.nan, math.nan, math.nan, "inconclusive")
+    mean, sd = float(d.mean()), float(d.std(ddof=1))
+    half = float(sps.t.ppf(0.5 + level / 2, n - 1) * sd / math.sqrt(n))
+    t_p = float(sps.ttest_1samp(d, 0.0).pvalue) if sd > 0 else (0.0 if mean != 0 else 1.0)
+    w_p = float(sps.wilcoxon(d, method="exact").pvalue) if np.any(d != 0) else 1.0
+    lo, hi = mean - half, mean + half
+    reading = "the filter helps" if lo > 0 else ("no effect of the paper's size" if hi < effect else "inconclusive")
+    return PairedResult(n, mean, sd, lo, hi, t_p, w_p, reading)
+
+
+def pairs_for_power(sd: float, *, effect: float = 0.10, alpha: float = 0.05, power: float = 0.80, max_n: int = 200) -> int:
+    """The smallest n of pairs at which a two-sided paired t-test at ``alpha`` detects ``effect`` with
+    ``power``, for an SD of the paired difference ``sd`` (noncentral t)."""
+    for n in range(2, max_n + 1):
+        crit = sps.t.ppf(1 - alpha / 2, n - 1)
+        nc = effect / (sd / math.sqrt(n))
+        achieved = 1 - sps.nct.cdf(crit, n - 1, nc) + sps.nct.cdf(-crit, n - 1, nc)
+        if achieved >= power:
+            return n
+    return max_n
+
+
+# -- reading the committed runs ----------------------------------------------------------------------
+SUCCESS_KEY = "val/success_rate"  # T=0.5, the primary outcome
+MI_KEY = "collapse_trajectory_sample/mi_zscore"
+ENTROPY_KEY = "collapse_trajectory_sample/conditional_entropy_est"
+
+
+def read_run(path: str, length: int | None = None) -> dict[str, float | str]:
+    """One committed run (``<arm>-seed<k>-metrics.csv``) read by the rules above."""
+    import pandas as pd
+
+    from agentcollapse.analysis.stats import binomial_se
+
+    name = path.rsplit("/", 1)[-1].removesuffix("-metrics.csv")
+    arm, seed = name.rsplit("-seed", 1)
+    d = pd.read_csv(path)
+    ev = d[d[SUCCESS_KEY].notna()]
+    px = d[d[MI_KEY].notna()]
+    floor = 2 * binomial_se(float(ev[SUCCESS_KEY].mean()), 64.0)
+    reading = collapse_class(px["step"], px[MI_KEY], px[ENTROPY_KEY], ev["step"], ev[SUCCESS_KEY], success_floor=floor)
+    last = int(d["step"].max())
+    return {
+        "arm": arm,
+        "seed": int(seed),
+        "last_step": last,
+        "step0_success": float(ev[SUCCESS_KEY].iloc[0]),
+        "decline_step": decline_step(ev["step"], ev[SUCCESS_KEY]),
+        "collapse": reading.kind,
+        "mi_fall_step": reading.mi_fall_step,
+        "signature_step": reading.signature_step,
+        "success_onset": reading.success_onset,
+        "final_success": final_success(ev["step"], ev[SUCCESS_KEY], length or last),
+    }
+
+
+def main() -> None:
+    import argparse
+    import glob
+
+    ap = argparse.ArgumentParser(description="The pre-registered SmolLM2 experiment's runs read by its rules (docs/results.md section 10).")
+    ap.add_argument("folder", help="the committed runs, e.g. docs/results/smollm2-prereg")
+    ap.add_argument("--length", type=int, default=None, help="the paired runs' L (default: each run's last step)")
+    ap.add_argument("--seeds", default=None, help="comma-separated seeds of the paired runs (default: all but the stage-1 seed 100)")
+    args = ap.parse_args()
+    runs = [read_run(p, args.length) for p in sorted(glob.glob(f"{args.folder}/*-metrics.csv"))]
+    for r in runs:
+        print(", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
+    stage1_none = [r for r in runs if r["seed"] == 100 and r["arm"] == "none"]
+    if stage1_none:
+        r = stage1_none[0]
+        seen = [float(s) for s in (r["decline_step"], r["signature_step"]) if not math.isnan(float(s))]
+        event = min(seen) if seen else math.nan
+        print(f"stage 1: the no-filter run's first decline or signature step {event}: L = {paired_length(event)}")
+    wanted = {int(s) for s in args.seeds.split(",")} if args.seeds else None
+    by_seed: dict[int, dict[str, float]] = {}
+    for r in runs:
+        if r["seed"] != 100 and (wanted is None or r["seed"] in wanted):
+            by_seed.setdefault(int(r["seed"]), {})[str(r["arm"])] = float(r["final_success"])
+    diffs = [v["rv_top_p"] - v["none"] for v in by_seed.values() if {"rv_top_p", "none"} <= set(v)]
+    if diffs:
+        res = paired_test(diffs)
+        print(
+            f"paired (filter - none), n={res.n}: mean {res.mean:+.3f}, 95% CI [{res.ci_low:+.3f}, {res.ci_high:+.3f}], "
+            f"t p={res.t_p:.3f}, Wilcoxon exact p={res.wilcoxon_p:.3f}, SD {res.sd:.3f} "
+            f"(80% power for +0.10 needs {pairs_for_power(res.sd) if res.sd > 0 else 2} pairs): {res.reading}"
+        )
+
+
+if __name__ == "__main__":
+    main()

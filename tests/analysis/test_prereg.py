@@ -1,0 +1,88 @@
+"""The pre-registered experiment's rules (docs/results.md section 10) on hand-made series."""
+
+import math
+
+import pytest
+
+from agentcollapse.analysis.prereg import collapse_class, decline_step, final_success, paired_length, paired_test, pairs_for_power
+
+
+def test_the_plan_s_pair_counts_and_the_pilot_s_interval_come_out_as_written():
+    # section 10: 80% power for +0.10 at n = 6, 7, 10, 14 pairs for SDs 0.06, 0.078, 0.10, 0.12
+    assert [pairs_for_power(sd) for sd in (0.06, 0.078, 0.10, 0.12)] == [6, 7, 10, 14]
+    pilot = paired_test([-0.036, -0.146])  # section 9a's two paired differences
+    assert (round(pilot.ci_low, 2), round(pilot.ci_high, 2)) == (-0.79, 0.61)
+    assert pilot.reading == "inconclusive" and pilot.wilcoxon_p == 0.5  # 2 of the 4 equally likely sign patterns
+
+
+def test_the_interval_decides_the_reading():
+    assert paired_test([0.12, 0.15, 0.11, 0.14, 0.13]).reading == "the filter helps"
+    assert paired_test([0.01, -0.02, 0.0, 0.02, -0.01]).reading == "no effect of the paper's size"
+    assert paired_test([0.3, -0.3, 0.1, -0.1]).reading == "inconclusive"
+
+
+def test_a_decline_is_three_evaluations_averaging_a_tenth_below_step_zero():
+    steps = [0, 4, 8, 12, 16, 20]
+    # windows (4,8,12) mean 0.70, (8,12,16) mean 0.60: 0.10 below 0.70 -> the step that ends it, 16
+    assert decline_step(steps, [0.70, 0.70, 0.70, 0.70, 0.40, 0.40]) == 16
+    assert math.isnan(decline_step(steps, [0.70, 0.65, 0.62, 0.75, 0.61, 0.66]))  # one low point is not a decline
+
+
+def test_the_paired_length_rule():
+    assert paired_length(40.0) == 48  # 40 + 8
+    assert paired_length(13.0) == 24  # 21 -> 24, also the floor
+    assert paired_length(57.0) == 60  # 65 -> 68 -> the ceiling
+    assert paired_length(float("nan")) == 40  # nothing to prevent: the default
+
+
+def test_final_success_is_the_mean_of_the_last_three_evaluations():
+    steps, success = [0, 32, 36, 40, 44], [0.5, 0.2, 0.4, 0.6, 0.9]
+    assert final_success(steps, success, 40) == pytest.approx(0.4)
+    assert math.isnan(final_success(steps, success, 48))  # the run did not reach L
+
+
+PROXY = [1, 2, 4, 6, 8, 10]
+EVALS, FLAT = [0, 4, 8, 12], [0.6, 0.6, 0.6, 0.6]
+
+
+def test_mi_down_two_proxy_steps_with_entropy_holding_is_template_collapse():
+    # first reading 1.0; 2 sigma_z = 1.18: -0.5 is down, twice, from step 6; entropy within 0.42 of 1.0
+    r = collapse_class(PROXY, [1.1, 0.9, 0.5, -0.5, -0.6, 0.0], [1.0, 1.0, 1.1, 0.9, 1.2, 1.0], EVALS, FLAT)
+    assert (r.kind, r.mi_fall_step, r.signature_step) == ("template collapse", 6, 6)
+
+
+def test_the_same_mi_fall_with_entropy_rising_is_a_drift_to_noise():
+    r = collapse_class(PROXY, [1.1, 0.9, 0.5, -0.5, -0.6, 0.0], [1.0, 1.0, 1.1, 1.6, 1.8, 1.0], EVALS, FLAT)
+    assert (r.kind, r.mi_fall_step) == ("drift to noise", 6) and math.isnan(r.signature_step)
+
+
+def test_one_low_reading_or_mi_after_success_fell_is_neither():
+    once = collapse_class(PROXY, [1.1, 0.9, -0.5, 0.8, -0.6, 0.9], [1.0] * 6, EVALS, FLAT)
+    assert once.kind == "neither" and math.isnan(once.mi_fall_step)
+    late = collapse_class(PROXY, [1.1, 0.9, 0.5, -0.5, -0.6, 0.0], [1.0] * 6, [0, 2, 4, 6], [0.8, 0.8, 0.1, 0.1])
+    assert late.success_onset == 4 and late.kind == "neither"  # success fell at 4, MI only at 6
+
+
+def test_the_reader_applies_the_rules_to_committed_runs(tmp_path, capsys, monkeypatch):
+    import shutil
+    import sys
+    from pathlib import Path
+
+    import pandas as pd
+
+    from agentcollapse.analysis import prereg
+
+    committed = Path(__file__).parents[2] / "docs" / "results" / "smollm2-prereg" / "rv_top_p-seed100-metrics.csv"
+    shutil.copy(committed, tmp_path / "none-seed100-metrics.csv")  # stands in for the no-filter long run
+    run = prereg.read_run(str(tmp_path / "none-seed100-metrics.csv"))
+    assert (run["arm"], run["seed"], run["last_step"], run["decline_step"]) == ("none", 100, 60, 40.0)
+    for seed, (none, filt) in enumerate([(0.5, 0.6), (0.4, 0.45), (0.55, 0.7)]):
+        for arm, level in (("none", none), ("rv_top_p", filt)):
+            pd.DataFrame({"step": [0, 16, 20, 24], prereg.SUCCESS_KEY: [0.6, level, level, level]}).assign(
+                **{prereg.MI_KEY: float("nan"), prereg.ENTROPY_KEY: float("nan")}
+            ).to_csv(tmp_path / f"{arm}-seed{seed}-metrics.csv", index=False)
+    monkeypatch.setattr(sys, "argv", ["prereg", str(tmp_path), "--length", "24"])
+    prereg.main()
+    out = capsys.readouterr().out
+    assert "first decline or signature step 40.0: L = 48" in out
+    assert "paired (filter - none), n=3: mean +0.100" in out  # the seed-100 run is not a pair
