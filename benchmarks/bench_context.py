@@ -11,6 +11,9 @@ diagnostics settings) and runs one update on every group. So each mode's proxy r
 weights on the same maps, and the modes differ only in what the contexts show. Prints, per mode, the
 median rollout / proxy / update seconds, the training sequences and forwarded token positions per
 iteration, and the mean proxy readings; saves ``benchmarks/results/context.json``. Not a test.
+
+Measured on FrozenLake and Sokoban (P=8 x G=8, 3 iterations, one thread, CPU seconds with
+``benchmarks/cpu_clock`` on the PYTHONPATH): docs/results.md section 11.
 """
 
 from __future__ import annotations
