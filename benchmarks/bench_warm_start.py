@@ -87,7 +87,8 @@ def main() -> None:
                     f"response {row['response_tokens']:.0f} tok  ({row['eval_s']:.0f}s; policy ready in {ready_s:.0f}s)",
                     flush=True,
                 )
-    save_result("warm_start", {"model_overrides": overrides, "episodes": args.episodes, "rows": rows})
+                # after every row: a long multi-turn env (an hour or more on 2 cores) keeps what it measured if stopped
+                save_result("warm_start", {"model_overrides": overrides, "episodes": args.episodes, "rows": rows})
 
 
 if __name__ == "__main__":
