@@ -333,22 +333,22 @@ class AgentRLModule(L.LightningModule):
         # group together when prompts_shared) run them once (shared_prefix_forward).
         # algorithm.update_dtype=bfloat16 autocasts the forward (and so its backward); log-probs and
         # entropies are still normalised in float32 over the logits.
+        # Under FSDP the head's weight is a shard outside the model's forward, so the forward applies
+        # it (to every position from logits_from on) and the response tokens are picked from its logits.
         ids, mask = mb["input_ids"], mb["response_mask"]
         start = int(mb["logits_from"])
+        sharded = bool(distributed.fsdp_modules(self.model))
         with self.autocast():
             if self.shared_prefix_length(mb):
                 out = shared_prefix_forward(self.model, ids, start, output_hidden_states=True, logits_to_keep=1)
                 hidden = out.hidden_states[-1][:, :-1]  # its hidden states begin at position start
             else:
-                out = self.model(input_ids=ids, output_hidden_states=True, logits_to_keep=1)
-                hidden = out.hidden_states[-1][:, start:-1]
+                keep = ids.shape[1] - start if sharded else 1
+                out = self.model(input_ids=ids, output_hidden_states=with_values or not sharded, logits_to_keep=keep)
+                hidden = out.hidden_states[-1][:, start:-1] if with_values or not sharded else None
+            head, head_input = (lambda x: x, out.logits[:, :-1]) if sharded else (self.model.get_output_embeddings(), hidden)
             logp, entropy = response_token_stats(
-                self.model.get_output_embeddings(),
-                hidden,
-                ids[:, start + 1 :],
-                mask,
-                entropy=with_entropy,
-                entropy_grad=self.algo.entropy_coef > 0,
+                head, head_input, ids[:, start + 1 :], mask, entropy=with_entropy, entropy_grad=self.algo.entropy_coef > 0
             )
         values = self.value_head(hidden.float()) if with_values and self.value_head is not None else None
         return entropy, logp, values
