@@ -500,6 +500,14 @@ def test_interpret_rv_ratio_all_zero_end_to_end() -> None:
     assert "filtering would empty the batch" in text
 
 
+def test_a_batch_with_no_success_says_where_its_reward_variance_comes_from() -> None:
+    # SearchQA/WebShop with a policy that never succeeds: the variance is format penalties and partial credit
+    returns = np.array([[0.0, -0.1, 0.0, -0.1], [0.0, 0.0, 0.0, -0.1]])
+    text = interpret_rv_ratio(rv_std_over_mean(returns), success_rate=0.0)
+    assert text.startswith("no trajectory succeeded") and "Std(RV)/Mean(RV) = " in text and "\n" not in text
+    assert interpret_rv_ratio(1.2, success_rate=0.25) == interpret_rv_ratio(1.2)  # some success: the plain reading
+
+
 def test_interpret_rv_ratio_negative() -> None:
     with pytest.raises(UserError, match="must be >= 0"):
         interpret_rv_ratio(-1.0)

@@ -81,13 +81,21 @@ def rv_std_over_mean(returns: Any) -> float:
     return float(rv.std(ddof=0) / mean)
 
 
-def interpret_rv_ratio(ratio: float) -> str:
+def interpret_rv_ratio(ratio: float, success_rate: float | None = None) -> str:
     """One-line reading of :func:`rv_std_over_mean` (docs/method.md section 5).
 
     ``>= 1.0``: filtering likely helps (Sokoban 1.16-1.29); ``< 0.5``: likely hurts (FrozenLake
-    0.33); in between: borderline; ``nan``: all-zero RV.
+    0.33); in between: borderline; ``nan``: all-zero RV. With ``success_rate`` 0 (no trajectory of the
+    batch succeeded) the reading says so: its variance then comes from partial rewards and penalties
+    (a format penalty, WebShop's attribute credit), not from success, and a reading taken from the
+    paper's success-driven numbers may not carry over.
     """
     r = float(ratio)
+    if success_rate is not None and success_rate == 0 and not math.isnan(r):
+        return (
+            "no trajectory succeeded: the reward variance comes from partial rewards and penalties (e.g. format "
+            "penalties), not from success; " + interpret_rv_ratio(r)
+        )
     if math.isnan(r):
         return "Std(RV)/Mean(RV) undefined: no reward variance in any group: nothing to learn from; filtering would empty the batch"
     if r < 0:

@@ -103,12 +103,13 @@ def rv_check(overrides: list[str]) -> dict[str, Any]:
     batch, _ = training_batch(policy, cfg)
     returns = batch.returns()
     ratio = rv_std_over_mean(returns)
+    success = float(batch.successes().mean())
     return {
         "env": cfg.env.name,
         "num_prompts": batch.num_prompts,
         "group_size": batch.group_size,
-        "success": float(batch.successes().mean()),
+        "success": success,
         "group_rv": group_scores(returns, "reward_variance").tolist(),
         "ratio": ratio,
-        "reading": interpret_rv_ratio(ratio),
+        "reading": interpret_rv_ratio(ratio, success),
     }
