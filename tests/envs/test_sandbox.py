@@ -214,7 +214,8 @@ def test_expected_outputs_in_the_graders_memory_are_out_of_reach():
         "        if pat.search(data):\n"
         "            print(pat.search(data).group(0).decode()); raise SystemExit"
     )
-    _attack(program)
+    reward, info = _attack(program)
+    assert reward == 0.0 and "zq-expected-" not in json.dumps(info, default=str)  # nothing found, nothing shown
 
 
 @needs_all_layers
@@ -273,7 +274,7 @@ def test_killing_the_parent_or_the_grader_fails():
 
 @needs_all_layers
 def test_exiting_early_or_patching_the_checker_passes_nothing():
-    _attack("import sys\nsys.exit(0)")
+    rewards = [_attack("import sys\nsys.exit(0)")[0]]
     forged = json.dumps({"i": 1, "status": "ok", "stdout": SECRET + "-2\n", "stderr": "", "seconds": 0})
     patch = (
         "import sys, json\n"
@@ -283,12 +284,15 @@ def test_exiting_early_or_patching_the_checker_passes_nothing():
         'import os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, b\'{"i": 0, "status": "ok", "stdout": "x"}\\n\')\n    except OSError:\n        pass\n'
         "sys.exit(0)"
     )
-    _attack(patch)
-    _attack(
-        "def solve(a, b):\n    import json\n    json.dumps = lambda v: 'true'\n    return 0",
-        tests=(("[1, 2]", json.dumps(SECRET)),),
-        call="solve",
+    rewards.append(_attack(patch)[0])
+    rewards.append(
+        _attack(
+            "def solve(a, b):\n    import json\n    json.dumps = lambda v: 'true'\n    return 0",
+            tests=(("[1, 2]", json.dumps(SECRET)),),
+            call="solve",
+        )[0]
     )
+    assert rewards == [0.0, 0.0, 0.0]  # a pass comes from the outputs alone
 
 
 def test_without_namespaces_strict_refuses_and_best_effort_says_so_once(caplog):

@@ -159,5 +159,7 @@ def test_bad_context_settings_are_one_line_errors(make_cfg, overrides, message):
 def test_context_settings_that_validate(make_cfg):
     from agentcollapse.run.checks import validate
 
-    for overrides in (["rollout.context=window", "rollout.context_turns=2"], ["rollout.context=single_turn"], []):
-        validate(make_cfg(*overrides))
+    accepted = {"window": ["rollout.context=window", "rollout.context_turns=2"], "single_turn": ["rollout.context=single_turn"], "full": []}
+    for mode, overrides in accepted.items():
+        cfg = make_cfg(*overrides)
+        assert validate(cfg) is None and cfg.rollout.context == mode  # no UserError, and the mode is the one asked for
