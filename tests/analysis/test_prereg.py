@@ -73,6 +73,7 @@ def test_the_reader_applies_the_rules_to_committed_runs(tmp_path, capsys, monkey
     from agentcollapse.analysis import prereg
 
     committed = Path(__file__).parents[2] / "docs" / "results" / "smollm2-prereg" / "rv_top_p-seed100-metrics.csv"
+    assert prereg.val_episodes(str(committed)) == 64  # read from the run's committed config beside it
     shutil.copy(committed, tmp_path / "none-seed100-metrics.csv")  # stands in for the no-filter long run
     run = prereg.read_run(str(tmp_path / "none-seed100-metrics.csv"))
     assert (run["arm"], run["seed"], run["last_step"], run["decline_step"]) == ("none", 100, 60, 40.0)

@@ -20,11 +20,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
+from omegaconf import OmegaConf
 from scipy import stats as sps
 
 from agentcollapse.analysis.lag import onset
+from agentcollapse.analysis.stats import binomial_se
 
 __all__ = [
     "SIGMA_H",
@@ -172,18 +176,22 @@ MI_KEY = "collapse_trajectory_sample/mi_zscore"
 ENTROPY_KEY = "collapse_trajectory_sample/conditional_entropy_est"
 
 
+def val_episodes(metrics_path: str, default: int = 64) -> int:
+    """Episodes per evaluation, from the run's committed config beside its metrics (the plan's 64 without one)."""
+    config = Path(metrics_path.removesuffix("-metrics.csv") + "-config.yaml")
+    if not config.is_file():
+        return default
+    return int(OmegaConf.select(OmegaConf.load(config), "trainer.val_episodes", default=default))
+
+
 def read_run(path: str, length: int | None = None) -> dict[str, float | str]:
     """One committed run (``<arm>-seed<k>-metrics.csv``) read by the rules above."""
-    import pandas as pd
-
-    from agentcollapse.analysis.stats import binomial_se
-
     name = path.rsplit("/", 1)[-1].removesuffix("-metrics.csv")
     arm, seed = name.rsplit("-seed", 1)
     d = pd.read_csv(path)
     ev = d[d[SUCCESS_KEY].notna()]
     px = d[d[MI_KEY].notna()]
-    floor = 2 * binomial_se(float(ev[SUCCESS_KEY].mean()), 64.0)
+    floor = 2 * binomial_se(float(ev[SUCCESS_KEY].mean()), float(val_episodes(path)))
     reading = collapse_class(px["step"], px[MI_KEY], px[ENTROPY_KEY], ev["step"], ev[SUCCESS_KEY], success_floor=floor)
     last = int(d["step"].max())
     return {
