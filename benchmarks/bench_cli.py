@@ -1,6 +1,7 @@
 """How fast the command line answers when it does not train: ``agentcollapse train --help``, ``train
---cfg job``, a bad key's one-line error, a bad name's (``env.name=...``: checked by the run layer against
-the registries, so after torch is imported), and ``doctor``'s first line; and what composing a config
+--cfg job``, a bad key's one-line error, a bad name's (``env.name=...``, ``algorithm.policy_loss=...``:
+checked by the run layer against the registries, so after torch is imported, but before transformers,
+peft and Lightning), and ``doctor``'s first line; and what composing a config
 imports.
 
     python -m benchmarks.bench_cli [--repeats 5] [--against DIR]
@@ -37,6 +38,7 @@ COMMANDS: dict[str, tuple[list[str], int]] = {
     "cfg_job": (["train", "--cfg", "job"], 0),
     "bad_override": (["train", "trainer.max_stepz=3"], 2),
     "bad_name": (["train", "env.name=no_such_env"], 2),  # checked against the registries: after torch's import
+    "bad_loss": (["train", "algorithm.policy_loss=nope"], 2),  # a registry in a torch module: torch, not transformers
     "doctor_first_line": (["doctor"], -1),  # stopped after its first line
 }
 COMPOSE = (

@@ -2,8 +2,8 @@
 
 The CLI only parses, calls the layers below and prints errors: composing the config is
 ``agentcollapse.config``'s job; checking its names, the run and its record ``agentcollapse.run``'s. A bad
-key, value or number fails in about a second with one line that names the fix (a bad name once the
-registries are imported), before anything is written; ``--help`` and ``--cfg job`` import no torch.
+key, value or number fails in about a second with one line that names the fix (a bad name in about
+two: the registries import torch, not transformers, peft or Lightning), before anything is written; ``--help`` and ``--cfg job`` import no torch.
 """
 
 from __future__ import annotations
@@ -93,11 +93,13 @@ def preflight(argv: list[str]) -> list[str]:
     if any(a.startswith("-") or a.lstrip("+~").startswith("hydra") for a in argv):
         return argv  # multirun, --cfg, other config dirs: Hydra's own handling
     cfg = compose(argv)  # keys, types and numbers: the config layer's, in about a second (no torch yet)
-    from agentcollapse.run import preflight as run_preflight
     from agentcollapse.run.checks import check
 
+    checked = check(cfg)  # names: imports torch, not transformers or Lightning, so a bad name fails in ~2 s
+    from agentcollapse.run import preflight as run_preflight
+
     explicit = [a.split("=", 1)[1] for a in argv if a.startswith("run_dir=")]
-    run_preflight(check(cfg), claim_run_dir=bool(explicit))
+    run_preflight(checked, claim_run_dir=bool(explicit))
     return [*argv, f"hydra.run.dir={explicit[-1]}"] if explicit else argv
 
 

@@ -7,7 +7,6 @@ so no second copy of the weights is held.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,12 +22,12 @@ from agentcollapse.models.hf import FoldedLoRA, pad_on_the_left, quiet_loading
 from agentcollapse.models.lora import add_lora
 from agentcollapse.models.tiny import build_tiny_policy, load_tokenizer
 from agentcollapse.models.warm_start import warm_started_dir
+from agentcollapse.models.weights import DTYPE_NAMES, MODEL_NAMES, download_steps, hf_path_message, weights_advice
 
 if TYPE_CHECKING:  # models sit below the config layer: configs are read, never imported
     from agentcollapse.config import EnvConfig, ModelConfig
 
-MODEL_NAMES = ("tiny", "smollm2-135m", "hf")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 ANSWER_CLOSE = "</answer>"  # a response ends here (docs/method.md section 1)
 
 
@@ -162,36 +161,6 @@ def check_tokenizer(model_dir: Path) -> Any:
     return tokenizer
 
 
-def _download_steps(hub_id: str | None, target: str | os.PathLike | None = None) -> str:
-    if not hub_id:
-        return "on a machine with network run `hf download <repo id> --local-dir <dir>`, copy <dir> here, then pass model.path=<dir>"
-    target = target or f"/models/{hub_id.split('/')[-1]}"
-    return f"on a machine with network run `hf download {hub_id} --local-dir {target}`, copy that directory here, then pass model.path={target}"
-
-
-def weights_advice(hub_id: str | None, target: str | os.PathLike | None = None) -> str:
-    """How to bring a model's weights to a machine that may have no network (a cluster node often has
-    none): download them elsewhere, copy the directory over, point ``model.path`` at it."""
-    return f"nothing downloads at run time: {_download_steps(hub_id, target)}"
-
-
-def _looks_like_hub_id(text: str, hub_id: str | None) -> bool:
-    """``model.path=Qwen/Qwen2.5-3B-Instruct``: a Hub id given where a local directory belongs."""
-    return text == hub_id or (re.fullmatch(r"[A-Za-z0-9][\w.-]*/[\w.-]+", text) is not None and not Path(text.split("/")[0]).exists())
-
-
-def hf_path_message(path: str | os.PathLike | None, hub_id: str | None = None) -> str:
-    """The one line for a missing model directory: what is wrong, then how to bring the weights (with a
-    preset's ``hub_id``, its own download command; run by the user: nothing downloads at run time)."""
-    if path is None:
-        if hub_id:
-            return f"this model preset needs its weights in a local directory, model.path=<dir>; {weights_advice(hub_id)}"
-        return f"model=hf needs model.path=<local Hugging Face model directory>; {weights_advice(None)}"
-    if _looks_like_hub_id(str(path), hub_id):
-        return f"model.path={path} does not exist (a Hub id is not downloaded: model.path is a local directory); {weights_advice(hub_id or str(path))}"
-    return f"model.path={path} does not exist; {weights_advice(hub_id, path if hub_id else None)}"
-
-
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 LFS_POINTER = b"version https://git-lfs"
 
@@ -228,7 +197,7 @@ def check_causal_lm_dir(path: str | os.PathLike, hub_id: str | None = None) -> P
             if fh.read(len(LFS_POINTER)) == LFS_POINTER:
                 raise UserError(
                     f"model.path={path} holds Git LFS pointers, not weights ({f.name}: cloned without git-lfs); nothing downloads at run time: "
-                    f"run `git lfs pull` in the clone on a machine with network and copy it here again, or {_download_steps(hub_id, path)}"
+                    f"run `git lfs pull` in the clone on a machine with network and copy it here again, or {download_steps(hub_id, path)}"
                 )
     return p
 
@@ -272,7 +241,4 @@ __all__ = [
     "load_policy",
     "resolve_model_dir",
     "check_causal_lm_dir",
-    "hf_path_message",
-    "weights_advice",
-    "MODEL_NAMES",
 ]

@@ -29,7 +29,7 @@ from agentcollapse.config.compose import compose, to_run_config
 from agentcollapse.diagnostics.samplers import sampler_names
 from agentcollapse.errors import UserError, one_of
 from agentcollapse.filtering import BUCKET_MODES, check_settings, score_names, strategy_names
-from agentcollapse.models.policy import DTYPES, MODEL_NAMES, hf_path_message
+from agentcollapse.models.weights import DTYPE_NAMES, MODEL_NAMES, hf_path_message
 from agentcollapse.rollout.vllm_engine import ENGINES
 
 __all__ = ["check", "compose_run", "load_run_config", "resolve_presets", "validate"]
@@ -90,7 +90,7 @@ def resolve_presets(cfg: RunConfig) -> RunConfig:
 
 
 def _check_model(model: ModelConfig) -> None:
-    one_of("model.dtype", model.dtype, tuple(DTYPES))
+    one_of("model.dtype", model.dtype, DTYPE_NAMES)
     if model.path:
         return  # the directory itself is checked by run.preflight and load_policy
     one_of("model", model.name, MODEL_NAMES, "choose with model=<name>, or set model.path=<dir>")
