@@ -1,12 +1,15 @@
 """One source for each default: the schema (``config/schema.py``) holds every field's default, so the
 option a group composes by default (``conf/config.yaml``'s defaults list) restates none of them; an env's
-``conf/env/<name>.yaml`` lists every constructor keyword (they are what ``env.kwargs.<key>=`` can
-override: Hydra refuses a key the file does not hold) with the constructor's own default."""
+constructor keywords have theirs in its kwargs dataclass (``config/env_kwargs.py``), which the
+constructor takes its defaults from and ``conf/env/<name>.yaml`` composes (``<name>_schema``) instead of
+listing them."""
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
+import textwrap
 import typing
 from pathlib import Path
 from typing import Any
@@ -17,6 +20,7 @@ import yaml
 from agentcollapse import envs
 from agentcollapse.config.compose import SCHEMAS
 from agentcollapse.config.conf_files import CONF_DIR
+from agentcollapse.config.env_kwargs import ENV_KWARGS
 
 
 def _schema_defaults(schema: type) -> dict[str, Any]:
@@ -77,14 +81,40 @@ def _env_files() -> list[Path]:
 
 
 @pytest.mark.parametrize("path", _env_files(), ids=lambda p: p.stem)
-def test_an_env_file_lists_its_constructor_defaults(path):
+def test_an_env_file_composes_its_kwargs_schema_and_lists_no_value(path):
     data = yaml.safe_load(path.read_text())
+    assert data["name"] in ENV_KWARGS, f"{path.name}: {data['name']!r} has no kwargs dataclass in config/env_kwargs.py"
+    assert f"{data['name']}_schema" in data["defaults"], f"{path.name}: its defaults must compose {data['name']}_schema"
+    assert "kwargs" not in data, f"{path.name} lists kwargs: their defaults live in {ENV_KWARGS[data['name']].__name__}"
+
+
+@pytest.mark.parametrize("name", sorted(ENV_KWARGS))
+def test_a_constructor_takes_its_defaults_from_its_kwargs_dataclass(name):
     envs.available()  # registers the built-in envs
-    params = inspect.signature(envs.ENVS.get(data["name"])).parameters
-    defaults = {k: p.default for k, p in params.items() if p.default is not inspect.Parameter.empty and k != "data_path"}
-    listed = data.get("kwargs") or {}
-    # tuples in Python are lists in YAML
-    normalised = {k: list(v) if isinstance(v, tuple) else v for k, v in defaults.items()}
-    assert sorted(listed) == sorted(normalised), f"{path.name}: kwargs must list every constructor keyword once"
-    differ = {k: (listed[k], normalised[k]) for k in listed if listed[k] != normalised[k]}
-    assert not differ, f"{path.name}: kwargs differ from the constructor's defaults (yaml, constructor): {differ}"
+    params = inspect.signature(envs.ENVS.get(name)).parameters
+    defaults = {k: p.default for k, p in params.items() if k != "data_path"}
+    kwargs = ENV_KWARGS[name]()
+    fields = [f.name for f in dataclasses.fields(kwargs)]
+    assert list(defaults) == fields, f"{name}: constructor keywords {list(defaults)} != {type(kwargs).__name__} fields {fields}"
+    for key, default in defaults.items():
+        value = getattr(kwargs, key)
+        # a list in the dataclass (OmegaConf has no tuples) is the constructor's tuple
+        assert (list(default) if isinstance(default, tuple) else default) == value, f"{name}.{key}: {default!r} != {value!r}"
+        assert type(default) is (tuple if isinstance(value, list) else type(value)), f"{name}.{key}: {default!r} vs {value!r}"
+
+
+def _written_defaults(cls: type) -> dict[str, str]:
+    """The source text of each default in ``cls.__init__``'s signature."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls.__init__)))
+    args = tree.body[0].args  # type: ignore[attr-defined]
+    positional = args.args[len(args.args) - len(args.defaults) :]
+    return {a.arg: ast.unparse(d) for a, d in zip(positional + args.kwonlyargs, args.defaults + args.kw_defaults) if d is not None}
+
+
+@pytest.mark.parametrize("name", sorted(ENV_KWARGS))
+def test_a_constructor_writes_no_default_value_of_its_own(name):
+    # equal values could still be written twice; each default must read the dataclass (_D.<key>)
+    envs.available()
+    written = {k: v for k, v in _written_defaults(envs.ENVS.get(name)).items() if k != "data_path"}
+    own = {k: v for k, v in written.items() if f"_D.{k}" not in v}
+    assert not own, f"{name}: defaults written in the constructor, not read from {ENV_KWARGS[name].__name__}: {own}"

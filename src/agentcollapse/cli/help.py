@@ -7,6 +7,7 @@ import dataclasses
 import typing
 
 from agentcollapse.config import RunConfig, field_help, group_options
+from agentcollapse.config.env_kwargs import ENV_KWARGS
 
 USAGE = """usage: agentcollapse train [group=option ...] [key=value ...]
        agentcollapse train -m [sweep overrides]      (Hydra multirun)
@@ -30,6 +31,14 @@ def _section_help(prefix: str, schema: type, lines: list[str]) -> None:
         lines.append(f"  {prefix + name:<34} {text} [default {default}]")
 
 
+def _env_kwargs_help(lines: list[str]) -> None:
+    """Each built-in env's keywords (config/env_kwargs.py), as env.kwargs.<key>=<value> sets them."""
+    for env, schema in ENV_KWARGS.items():
+        lines.append(f"  env={env}:")
+        for key, default, text in field_help(schema):
+            lines.append(f"    {'env.kwargs.' + key:<32} {text} [default {default}]")
+
+
 def train_help() -> str:
     lines = [USAGE]
     hints = typing.get_type_hints(RunConfig)
@@ -41,6 +50,8 @@ def train_help() -> str:
         options = group_options(name)
         lines.append(f"\n{name}: {text}" + (f"  (options: {', '.join(options)})" if options else ""))
         _section_help(f"{name}.", hints[name], lines)
+        if name == "env":
+            _env_kwargs_help(lines)
     lines.append(f"\ncallbacks: what watches and what intervenes  (options: {', '.join(group_options('callbacks'))})")
     lines.append(f"\nexperiment: a full setting  (options: {', '.join(group_options('experiment')) or 'none'}; e.g. +experiment=<name>)")
     lines.append("\ntop-level keys:")

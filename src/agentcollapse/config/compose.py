@@ -22,6 +22,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from agentcollapse.config.conf_files import CONF_DIR, group_options
+from agentcollapse.config.env_kwargs import ENV_KWARGS
 from agentcollapse.config.schema import (
     AlgorithmConfig,
     DiagnosticsConfig,
@@ -35,7 +36,7 @@ from agentcollapse.config.schema import (
 )
 from agentcollapse.errors import UserError
 
-__all__ = ["compose", "hydra_message", "register_configs", "to_run_config", "to_yaml"]
+__all__ = ["compose", "env_schema", "hydra_message", "register_configs", "to_run_config", "to_yaml"]
 
 SCHEMAS: dict[str, type] = {
     "env": EnvConfig,
@@ -57,6 +58,16 @@ def register_configs() -> None:
     cs.store(name="run_schema", node=RunConfig)
     for group, node in SCHEMAS.items():
         cs.store(group=group, name=f"{group}_schema", node=node)
+    for name in ENV_KWARGS:  # conf/env/<name>.yaml composes env/<name>_schema: its kwargs' one source
+        cs.store(group="env", name=f"{name}_schema", node=env_schema(name))
+
+
+def env_schema(name: str) -> DictConfig:
+    """The ``env`` section of a built-in env: ``env.kwargs`` typed by its dataclass (``config.env_kwargs``),
+    every constructor default and the type of each key in it."""
+    node = OmegaConf.structured(EnvConfig(name=name))
+    node.kwargs = OmegaConf.structured(ENV_KWARGS[name])  # EnvConfig.kwargs is Any: the node keeps this type
+    return node
 
 
 def compose(overrides: list[str], config_dir: str | None = None, config_name: str = "config") -> RunConfig:
@@ -76,7 +87,7 @@ def compose(overrides: list[str], config_dir: str | None = None, config_name: st
     except HydraException as exc:
         raise UserError(hydra_message(exc)) from None
     except OmegaConfBaseException as exc:
-        raise UserError(f"invalid config: {str(exc).splitlines()[0]}") from None
+        raise UserError(f"invalid config: {_omegaconf_message(exc)}") from None
     return to_run_config(composed)
 
 
@@ -85,11 +96,11 @@ def to_run_config(cfg: DictConfig | RunConfig) -> RunConfig:
     if not isinstance(cfg, RunConfig):
         unknown = _unknown_keys(cfg, RunConfig)
         if unknown:
-            raise UserError(_unknown_key_message(unknown[0]))
+            raise UserError(_unknown_key_message(unknown[0], cfg))
         try:
             obj = OmegaConf.to_object(cfg)
         except Exception as exc:  # omegaconf raises several types for missing/invalid values
-            raise UserError(f"invalid config: {str(exc).splitlines()[0]}") from None
+            raise UserError(f"invalid config: {_omegaconf_message(exc)}") from None
         if not isinstance(obj, RunConfig):
             raise UserError("config does not follow the run schema (compose it from conf/config.yaml)")
         cfg = obj
@@ -103,33 +114,43 @@ def to_yaml(cfg: RunConfig) -> str:
 
 
 def _unknown_keys(node: Any, schema: type, prefix: str = "") -> list[str]:
-    """Keys of ``node`` that its dataclass schema lacks."""
+    """Keys of ``node`` that its dataclass schema lacks (a field typed ``Any`` holding a dataclass node,
+    as ``env.kwargs``, is checked against that node's dataclass)."""
     if not isinstance(node, DictConfig):
         return []
     hints = typing.get_type_hints(schema)
     out = []
     for key in node.keys():
+        child = node._get_node(key)
         if key not in hints:
             out.append(f"{prefix}{key}")
         elif dataclasses.is_dataclass(hints[key]):
-            out += _unknown_keys(node._get_node(key), hints[key], f"{prefix}{key}.")
+            out += _unknown_keys(child, hints[key], f"{prefix}{key}.")
+        elif isinstance(child, DictConfig) and dataclasses.is_dataclass(OmegaConf.get_type(child)):
+            out += _unknown_keys(child, OmegaConf.get_type(child), f"{prefix}{key}.")  # type: ignore[arg-type]
     return out
 
 
-def _schema_keys(path: str) -> list[str] | None:
-    """Field names of the schema node holding ``path`` (``trainer.max_stepz`` -> TrainerConfig's), or None."""
+def _schema_keys(path: str, cfg: Any = None) -> list[str] | None:
+    """Field names of the schema node holding ``path`` (``trainer.max_stepz`` -> TrainerConfig's), or None.
+    ``cfg``: the composed config, where a field typed ``Any`` holds a dataclass node (``env.kwargs``)."""
     schema: Any = RunConfig
+    node = cfg
     for part in path.split(".")[:-1]:
         hints = typing.get_type_hints(schema)
-        if part not in hints or not dataclasses.is_dataclass(hints[part]):
+        node = node._get_node(part) if isinstance(node, DictConfig) and part in node else None
+        if part in hints and dataclasses.is_dataclass(hints[part]):
+            schema = hints[part]
+        elif isinstance(node, DictConfig) and dataclasses.is_dataclass(OmegaConf.get_type(node)):
+            schema = OmegaConf.get_type(node)
+        else:
             return None
-        schema = hints[part]
     return [f.name for f in dataclasses.fields(schema)]
 
 
-def _unknown_key_message(key: str) -> str:
+def _unknown_key_message(key: str, cfg: Any = None, valid: list[str] | None = None) -> str:
     parent = key.rpartition(".")[0]
-    valid = _schema_keys(key)
+    valid = valid or _schema_keys(key, cfg)
     where = f"under {parent}" if parent else "at the top level"
     hint = f"; valid keys {where}: {', '.join(valid)}" if valid else ""
     return f"unknown config key {key!r}{hint} (check the spelling; `agentcollapse train --help` lists every key, `--cfg job` prints the config)"
@@ -151,10 +172,25 @@ def hydra_message(exc: BaseException) -> str:
     key = re.match(r"Could not override '([^']+)'", text)
     cause = exc.__cause__
     if key and cause is not None and type(cause).__name__ in ("ConfigAttributeError", "ConfigKeyError"):
-        return _unknown_key_message(key.group(1))
+        # OmegaConf's error names the first unknown part (env.kwargz of env.kwargz.slip) and the dataclass
+        # that lacks it, which for env.kwargs is the chosen env's keywords (config.env_kwargs)
+        unknown = getattr(cause, "full_key", None) or key.group(1)
+        return _unknown_key_message(unknown, valid=_fields_of(getattr(cause, "object_type", None)))
     merging = re.match(r"Error merging override (.+)", text)
     if merging and cause is not None:
         return f"invalid override {merging.group(1).strip()!r}: {str(cause).splitlines()[0]}"
     if isinstance(exc, OverrideParseException):
         return f"{' '.join(lines[:2])}; overrides look like key=value (see `agentcollapse train --help`)"
     return " ".join(lines[:2]) or type(exc).__name__
+
+
+def _fields_of(schema: Any) -> list[str] | None:
+    """The field names of a dataclass (an OmegaConf error's ``object_type``), or None."""
+    return [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else None
+
+
+def _omegaconf_message(exc: BaseException) -> str:
+    """An OmegaConf error's first line, with the key it is about (``env.kwargs.size``) where it names one."""
+    first = str(exc).splitlines()[0]
+    key = getattr(exc, "full_key", None)
+    return f"{key}: {first}" if key and key not in first else first

@@ -17,7 +17,7 @@ which coefficients it used.
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any, Optional
 
 from agentcollapse.errors import UserError, one_of
@@ -87,14 +87,25 @@ class EnvConfig:
         "frozenlake",
         help="environment: frozenlake | sokoban | countdown | math | webshop | searchqa | deepcoder (registered in agentcollapse.envs)",
     )
-    kwargs: dict[str, Any] = opt(factory=dict, help="keyword arguments of the env's constructor (e.g. frozenlake slip, size)")
+    # Any, not dict: conf/env/<name>.yaml composes the env's typed kwargs dataclass here (config.env_kwargs),
+    # which __post_init__ turns into the plain dict every reader (and the env's constructor) gets.
+    kwargs: Any = opt(
+        factory=dict,
+        help="keyword arguments of the env's constructor, typed per env (config/env_kwargs.py), e.g. env.kwargs.slip=0.3",
+    )
     data_path: str | None = opt(
         None, help="a local copy of the env's real data set (webshop, searchqa, deepcoder); unset: the generated data in the package"
     )
 
+    def __post_init__(self) -> None:
+        if is_dataclass(self.kwargs) and not isinstance(self.kwargs, type):
+            self.kwargs = {f.name: getattr(self.kwargs, f.name) for f in fields(self.kwargs)}
+
     def validate(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise UserError("env.name is empty; choose with env=<name> (e.g. env=frozenlake)")
+        if not isinstance(self.kwargs, dict):
+            raise UserError(f"env.kwargs={self.kwargs!r} must be a mapping of the env's keywords, e.g. {{slip: 0.1}}")
 
 
 @dataclass

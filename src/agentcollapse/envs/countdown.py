@@ -23,6 +23,7 @@ from collections import Counter
 from fractions import Fraction
 from typing import ClassVar
 
+from agentcollapse.config.env_kwargs import CountdownKwargs
 from agentcollapse.envs import register
 from agentcollapse.envs.base import SingleAnswerEnv
 from agentcollapse.envs.countdown_expressions import (
@@ -72,6 +73,9 @@ def _fmt_value(value: Fraction) -> str:
     return str(value.numerator) if value.denominator == 1 else f"{value.numerator} / {value.denominator}"
 
 
+_D = CountdownKwargs()  # the constructor's defaults: their one source (conf/env/countdown.yaml composes the same)
+
+
 @register("countdown")
 class CountdownEnv(SingleAnswerEnv):
     name = "countdown"
@@ -82,7 +86,13 @@ class CountdownEnv(SingleAnswerEnv):
         "I will use every number once and check the result .",
     )
 
-    def __init__(self, min_numbers: int = 3, max_numbers: int = 4, max_number: int = 10, max_target: int = 100) -> None:
+    def __init__(
+        self,
+        min_numbers: int = _D.min_numbers,
+        max_numbers: int = _D.max_numbers,
+        max_number: int = _D.max_number,
+        max_target: int = _D.max_target,
+    ) -> None:
         super().__init__()
         if not 2 <= min_numbers <= max_numbers <= 5:
             raise UserError(f"env.kwargs min_numbers={min_numbers}, max_numbers={max_numbers} must satisfy 2 <= min <= max <= 5")

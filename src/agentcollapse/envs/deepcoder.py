@@ -33,6 +33,7 @@ import threading
 from concurrent.futures import Future
 from typing import Any, ClassVar
 
+from agentcollapse.config.env_kwargs import DeepCoderKwargs
 from agentcollapse.envs import register
 from agentcollapse.envs.base import SingleAnswerEnv
 from agentcollapse.envs.deepcoder_problems import (
@@ -146,6 +147,9 @@ def _clip(text: str, n: int = 200) -> str:
     return text if len(text) <= n else text[:n] + " ..."
 
 
+_D = DeepCoderKwargs()  # the constructor's defaults: their one source (conf/env/deepcoder.yaml composes the same)
+
+
 @register("deepcoder")
 class DeepCoderEnv(SingleAnswerEnv):
     name = "deepcoder"
@@ -158,17 +162,17 @@ class DeepCoderEnv(SingleAnswerEnv):
 
     def __init__(
         self,
-        difficulty: int = 1,
-        style: str = "mixed",
-        num_tests: int = 5,
-        max_turns: int = 1,
-        partial_credit: bool = False,
-        sandbox: str = "strict",
-        cpu_seconds: float = 2.0,
-        wall_seconds: float = 4.0,
-        memory_mb: int = 512,
-        output_bytes: int = 1 << 20,
-        workers: int = 2,
+        difficulty: int = _D.difficulty,
+        style: str = _D.style,
+        num_tests: int = _D.num_tests,
+        max_turns: int = _D.max_turns,
+        partial_credit: bool = _D.partial_credit,
+        sandbox: str = _D.sandbox,
+        cpu_seconds: float = _D.cpu_seconds,
+        wall_seconds: float = _D.wall_seconds,
+        memory_mb: int = _D.memory_mb,
+        output_bytes: int = _D.output_bytes,
+        workers: int = _D.workers,
         data_path: str | None = None,
     ) -> None:
         super().__init__()

@@ -15,6 +15,7 @@ from typing import ClassVar
 import numpy as np
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymFrozenLake
 
+from agentcollapse.config.env_kwargs import FrozenLakeKwargs
 from agentcollapse.envs import register
 from agentcollapse.envs.base import TextEnv
 from agentcollapse.errors import UserError
@@ -61,6 +62,9 @@ def shortest_path(desc: list[str], start: tuple[int, int]) -> list[int] | None:
     return None
 
 
+_D = FrozenLakeKwargs()  # the constructor's defaults: their one source (conf/env/frozenlake.yaml composes the same)
+
+
 @register("frozenlake")
 class FrozenLakeEnv(TextEnv):
     name = "frozenlake"
@@ -74,12 +78,12 @@ class FrozenLakeEnv(TextEnv):
 
     def __init__(
         self,
-        size: int = 4,
-        frozen_prob: float = 0.9,
-        slip: float = 0.0,
-        max_turns: int = 5,
-        max_actions_per_turn: int = 2,
-        max_actions: int = 10,
+        size: int = _D.size,
+        frozen_prob: float = _D.frozen_prob,
+        slip: float = _D.slip,
+        max_turns: int = _D.max_turns,
+        max_actions_per_turn: int = _D.max_actions_per_turn,
+        max_actions: int = _D.max_actions,
     ) -> None:
         super().__init__()
         if not 0.0 <= slip <= 1.0:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import ClassVar
 
+from agentcollapse.config.env_kwargs import MathKwargs
 from agentcollapse.envs import register
 from agentcollapse.envs.base import SingleAnswerEnv
 from agentcollapse.envs.parsing import arithmetic_claims
@@ -142,6 +143,9 @@ def generate_problem(rng: random.Random, difficulty: int) -> MathProblem:
     return _one_step_problem(rng) if difficulty == 1 else _chain_problem(rng, difficulty)
 
 
+_D = MathKwargs()  # the constructor's defaults: their one source (conf/env/math.yaml composes the same)
+
+
 @register("math")
 class MathEnv(SingleAnswerEnv):
     name = "math"
@@ -152,7 +156,7 @@ class MathEnv(SingleAnswerEnv):
         "I will calculate carefully and give the final number .",
     )
 
-    def __init__(self, difficulty: int = 1) -> None:
+    def __init__(self, difficulty: int = _D.difficulty) -> None:
         super().__init__()
         if difficulty not in _LEVELS:
             raise UserError(f"env.kwargs.difficulty={difficulty!r} must be 1, 2 or 3")

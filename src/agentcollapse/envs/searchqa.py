@@ -33,6 +33,7 @@ import string
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
+from agentcollapse.config.env_kwargs import SearchQAKwargs
 from agentcollapse.envs import register
 from agentcollapse.envs.base import TextEnv
 from agentcollapse.envs.retrieval import BM25Index
@@ -78,6 +79,9 @@ def _loaded(data_path: str, k1: float, b: float) -> tuple[Dataset, BM25Index]:
     return data, BM25Index([p.index_text() for p in data.passages], k1=k1, b=b)
 
 
+_D = SearchQAKwargs()  # the constructor's defaults: their one source (conf/env/searchqa.yaml composes the same)
+
+
 @register("searchqa")
 class SearchQAEnv(TextEnv):
     name = "searchqa"
@@ -90,14 +94,14 @@ class SearchQAEnv(TextEnv):
 
     def __init__(
         self,
-        num_passages: int = 2000,
-        world_seed: int = 0,
-        kinds: Sequence[str] = KINDS,
-        top_k: int = 3,
-        max_turns: int = 4,
-        max_passage_words: int = 40,
-        k1: float = 1.5,
-        b: float = 0.75,
+        num_passages: int = _D.num_passages,
+        world_seed: int = _D.world_seed,
+        kinds: Sequence[str] = tuple(_D.kinds),
+        top_k: int = _D.top_k,
+        max_turns: int = _D.max_turns,
+        max_passage_words: int = _D.max_passage_words,
+        k1: float = _D.k1,
+        b: float = _D.b,
         data_path: str | None = None,
     ) -> None:
         super().__init__()

@@ -22,6 +22,7 @@ import re
 from collections.abc import Sequence
 from typing import ClassVar
 
+from agentcollapse.config.env_kwargs import SokobanKwargs
 from agentcollapse.envs import register
 from agentcollapse.envs.base import TextEnv
 from agentcollapse.envs.sokoban_levels import Room, State, bfs_solve, generate_level, push, reverse_distances
@@ -41,6 +42,9 @@ SOLVED_REWARD = 10.0
 __all__ = ["ACTIONS", "ACTION_NAMES", "Room", "SokobanEnv", "State", "bfs_solve", "reverse_distances"]
 
 
+_D = SokobanKwargs()  # the constructor's defaults: their one source (conf/env/sokoban.yaml composes the same)
+
+
 @register("sokoban")
 class SokobanEnv(TextEnv):
     name = "sokoban"
@@ -54,13 +58,13 @@ class SokobanEnv(TextEnv):
 
     def __init__(
         self,
-        dim_room: Sequence[int] = (6, 6),
-        num_boxes: int = 1,
-        max_steps: int = 10,
-        search_depth: int = 100,
-        num_reverse_steps: int = 100,
-        max_turns: int = 5,
-        max_actions_per_turn: int = 2,
+        dim_room: Sequence[int] = tuple(_D.dim_room),
+        num_boxes: int = _D.num_boxes,
+        max_steps: int = _D.max_steps,
+        search_depth: int = _D.search_depth,
+        num_reverse_steps: int = _D.num_reverse_steps,
+        max_turns: int = _D.max_turns,
+        max_actions_per_turn: int = _D.max_actions_per_turn,
     ) -> None:
         """``max_steps``: action budget per episode (also the longest shortest-solution a level may
         have); ``num_reverse_steps``: random reverse moves per generation attempt; ``search_depth``:

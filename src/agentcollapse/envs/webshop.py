@@ -34,6 +34,7 @@ import random
 import re
 from typing import Any, ClassVar
 
+from agentcollapse.config.env_kwargs import WebShopKwargs
 from agentcollapse.envs import register
 from agentcollapse.envs.base import TextEnv
 from agentcollapse.envs.webshop_data import Catalogue, goal_for, load_catalogue
@@ -75,6 +76,9 @@ def _has_words(title: str, phrase: str) -> bool:
     return f" {' '.join(re.findall(r'[a-z0-9]+', phrase.lower()))} " in words
 
 
+_D = WebShopKwargs()  # the constructor's defaults: their one source (conf/env/webshop.yaml composes the same)
+
+
 @register("webshop")
 class WebShopEnv(TextEnv):
     name = "webshop"
@@ -87,12 +91,12 @@ class WebShopEnv(TextEnv):
 
     def __init__(
         self,
-        num_products: int = 5000,
-        catalogue_seed: int = 0,
-        results_per_page: int = 5,
-        max_results: int = 50,
-        max_turns: int = 8,
-        max_actions_per_turn: int = 1,
+        num_products: int = _D.num_products,
+        catalogue_seed: int = _D.catalogue_seed,
+        results_per_page: int = _D.results_per_page,
+        max_results: int = _D.max_results,
+        max_turns: int = _D.max_turns,
+        max_actions_per_turn: int = _D.max_actions_per_turn,
         data_path: str | None = None,
     ) -> None:
         super().__init__()
