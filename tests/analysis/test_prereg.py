@@ -4,7 +4,15 @@ import math
 
 import pytest
 
-from agentcollapse.analysis.prereg import collapse_class, decline_step, final_success, paired_length, paired_test, pairs_for_power
+from agentcollapse.analysis.prereg import (
+    collapse_class,
+    decline_step,
+    final_success,
+    paired_length,
+    paired_test,
+    pairs_for_power,
+    planned_pairs,
+)
 
 
 def test_the_plan_s_pair_counts_and_the_pilot_s_interval_come_out_as_written():
@@ -87,3 +95,22 @@ def test_the_reader_applies_the_rules_to_committed_runs(tmp_path, capsys, monkey
     out = capsys.readouterr().out
     assert "first decline or signature step 40.0: L = 48" in out
     assert "paired (filter - none), n=3: mean +0.100" in out  # the seed-100 run is not a pair
+    # the interim look prints the SD and the planned n, and neither the outcomes nor their mean
+    monkeypatch.setattr(sys, "argv", ["prereg", str(tmp_path), "--length", "24", "--interim"])
+    prereg.main()
+    interim = capsys.readouterr().out
+    assert "pairs of seeds [0, 1, 2] (n=3): SD of the paired difference 0.050" in interim
+    assert "planned n = 8" in interim and "mean" not in interim and "final_success" not in interim
+
+
+def test_the_interim_look_keeps_n_within_8_and_12():
+    # SD 0.045 (by hand: deviations 0.05 twice in six values): 4 pairs give the power, the plan never runs fewer than 8
+    sd, needed, planned = planned_pairs([0.0, 0.05, 0.10, 0.05, 0.10, 0.0])
+    assert (round(sd, 4), needed, planned) == (0.0447, 4, 8)
+    # SD 0.098 (deviations -0.12, 0, 0, +0.12 over 3 d.f.): 10 pairs, within the plan's range
+    assert planned_pairs([-0.02, 0.1, 0.1, 0.22])[1:] == (10, 10)
+    # SD 0.365: over a hundred pairs for the power, the plan stops at 12
+    sd, needed, planned = planned_pairs([0.5, -0.1, 0.3, -0.3])
+    assert needed > 100 and planned == 12
+    with pytest.raises(ValueError, match="at least 2 pairs"):
+        planned_pairs([0.1])

@@ -13,6 +13,8 @@ Each rule is a plain function on one run's logged series, so the reading cannot 
 * :func:`final_success`: the primary outcome, the mean of the evaluations at L-8, L-4 and L.
 * :func:`paired_test`: the paired t-test with its interval and the exact Wilcoxon signed-rank test.
 * :func:`pairs_for_power`: the pairs a paired t-test needs for a power at an SD of the paired difference.
+* :func:`planned_pairs`: the interim look after 4 pairs: the SD of their differences only (the mean is not
+  looked at), and the n it asks for, at least 8 and at most 12.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ __all__ = [
     "paired_length",
     "paired_test",
     "pairs_for_power",
+    "planned_pairs",
 ]
 
 SIGMA_Z = 0.59
@@ -170,6 +173,19 @@ def pairs_for_power(sd: float, *, effect: float = 0.10, alpha: float = 0.05, pow
     return max_n
 
 
+def planned_pairs(differences: Sequence[float], *, minimum: int = 8, maximum: int = 12) -> tuple[float, int, int]:
+    """The pre-registered interim look: the SD of the first pairs' differences (their mean is not
+    computed), the pairs that give 80% power for +0.10 at that SD, and the planned n, that number within
+    [``minimum``, ``maximum``]. Returns (sd, pairs for power, planned n)."""
+    d = np.asarray(differences, float)
+    d = d[np.isfinite(d)]
+    if len(d) < 2:
+        raise ValueError(f"the interim SD needs at least 2 pairs, got {len(d)}")
+    sd = float(d.std(ddof=1))
+    needed = pairs_for_power(sd) if sd > 0 else 2
+    return sd, needed, min(max(needed, minimum), maximum)
+
+
 # -- reading the committed runs ----------------------------------------------------------------------
 SUCCESS_KEY = "val/success_rate"  # T=0.5, the primary outcome
 MI_KEY = "collapse_trajectory_sample/mi_zscore"
@@ -216,8 +232,16 @@ def main() -> None:
     ap.add_argument("folder", help="the committed runs, e.g. docs/results/smollm2-prereg")
     ap.add_argument("--length", type=int, default=None, help="the paired runs' L (default: each run's last step)")
     ap.add_argument("--seeds", default=None, help="comma-separated seeds of the paired runs (default: all but the stage-1 seed 100)")
+    ap.add_argument(
+        "--interim",
+        action="store_true",
+        help="the look after 4 pairs: prints only the SD of the paired differences and the planned n (no outcome, no mean)",
+    )
     args = ap.parse_args()
     runs = [read_run(p, args.length) for p in sorted(glob.glob(f"{args.folder}/*-metrics.csv"))]
+    if args.interim:
+        _interim(runs, args.seeds)
+        return
     for r in runs:
         print(", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
     stage1_none = [r for r in runs if r["seed"] == 100 and r["arm"] == "none"]
@@ -239,6 +263,24 @@ def main() -> None:
             f"t p={res.t_p:.3f}, Wilcoxon exact p={res.wilcoxon_p:.3f}, SD {res.sd:.3f} "
             f"(80% power for +0.10 needs {pairs_for_power(res.sd) if res.sd > 0 else 2} pairs): {res.reading}"
         )
+
+
+def _interim(runs: list[dict[str, float | str]], seeds: str | None) -> None:
+    """Print the interim look blind to the outcome: which pairs are complete, their SD, the planned n."""
+    wanted = {int(s) for s in seeds.split(",")} if seeds else None
+    by_seed: dict[int, dict[str, float]] = {}
+    for r in runs:
+        if r["seed"] != 100 and (wanted is None or r["seed"] in wanted):
+            by_seed.setdefault(int(r["seed"]), {})[str(r["arm"])] = float(r["final_success"])
+    complete = sorted(k for k, v in by_seed.items() if {"rv_top_p", "none"} <= set(v))
+    if len(complete) < 2:
+        print(f"interim: {len(complete)} complete pair(s) (seeds {complete}); the SD needs at least 2")
+        return
+    sd, needed, planned = planned_pairs([by_seed[k]["rv_top_p"] - by_seed[k]["none"] for k in complete])
+    print(
+        f"interim, pairs of seeds {complete} (n={len(complete)}): SD of the paired difference {sd:.3f}; "
+        f"80% power for +0.10 needs {needed} pairs; planned n = {planned} (within [8, 12])"
+    )
 
 
 if __name__ == "__main__":
