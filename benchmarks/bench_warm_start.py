@@ -6,7 +6,7 @@ For each env: the untuned model (``model.warm_start.enabled=false``; ``--untuned
 and the warm-started one (built here unless cached, timed) each play the held-out maps at T=1.0 and
 T=0.5, one trajectory per map as a run's evaluation draws them. Any env with a warm start works
 (single- and multi-turn). Defaults to ``model=smollm2-135m``. Saves ``benchmarks/results/warm_start.json``
-for ``benchmarks.bench_report``, keeping the rows of envs not measured in this run (each row says its
+for ``benchmarks.bench_report``, keeping the rows (env, warm start, temperature) not measured in this run (each row says its
 commit, date and overrides), so envs can be measured one at a time. Not a test: numbers go in issue notes.
 """
 
@@ -30,13 +30,20 @@ def build_seconds(cfg: Any) -> float | None:
     return json.loads(meta.read_text()).get("build_seconds") if meta.exists() else None
 
 
-def kept_rows(envs: list[str], path: Path = RESULTS / "warm_start.json") -> list[dict[str, Any]]:
-    """The saved rows of the envs this run does not measure, stamped with their own run's commit and date."""
+def kept_rows(measured: set[tuple[str, bool, float]], path: Path = RESULTS / "warm_start.json") -> list[dict[str, Any]]:
+    """The saved rows this run does not measure again, by (env, warm-started, temperature), stamped with their
+    own run's commit and date: measuring one temperature of an env keeps its other rows."""
     if not path.exists():
         return []
     old = json.loads(path.read_text())
     stamp = {"commit": old.get("commit"), "measured_at": old.get("measured_at"), "model_overrides": old.get("model_overrides")}
-    return [{**stamp, **row} for row in old.get("rows", []) if row["env"] not in envs]
+    return [{**stamp, **row} for row in old.get("rows", []) if (row["env"], row["warm_start"], row["temperature"]) not in measured]
+
+
+def measured_rows(envs: list[str], temperatures: list[float], episodes: int, untuned_episodes: int) -> set[tuple[str, bool, float]]:
+    """The (env, warm-started, temperature) rows a run with these arguments measures."""
+    arms = [warm for warm, n in ((False, untuned_episodes), (True, episodes)) if n >= 1]
+    return {(env, warm, temp) for env in envs for warm in arms for temp in temperatures}
 
 
 def main() -> None:
@@ -50,7 +57,7 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="Hydra overrides (default model=smollm2-135m)")
     args = ap.parse_args()
     overrides = with_model(args.overrides)
-    rows = kept_rows(args.envs)
+    rows = kept_rows(measured_rows(args.envs, args.temperatures, args.episodes, args.untuned_episodes))
     stamp = {"commit": commit(), "model_overrides": overrides}
     for env in args.envs:
         for warm in (False, True):
