@@ -5,7 +5,7 @@ import stat
 import pytest
 
 from agentcollapse.errors import UserError
-from agentcollapse.models.tiny import build_tiny_policy, cache_key, length_bucketed_batches, load_tokenizer
+from agentcollapse.models.tiny import build_tiny_policy, cache_key, length_bucketed_batches, load_tokenizer, training_device
 from agentcollapse.models.tokenizer import FORMAT_TOKENS
 
 
@@ -16,6 +16,7 @@ def test_build_is_deterministic_and_cached(make_cfg, tmp_path):
     meta_a, meta_b = (json.loads((p / "meta.json").read_text()) for p in (a, b))
     assert meta_a["weights_sha256"] == meta_b["weights_sha256"]
     assert 10_000 < meta_a["params"] < 5_000_000
+    assert meta_a["sft_device"] == training_device().type  # the build says where it trained (CUDA where there is one)
     stamp = (a / "meta.json").stat().st_mtime_ns
     assert build_tiny_policy(cfg.model, cfg.env, tmp_path / "a") == a  # cached: not rebuilt
     assert (a / "meta.json").stat().st_mtime_ns == stamp

@@ -170,6 +170,7 @@ def _build(tmp: Path, target: Path, model_cfg: ModelConfig, env_cfg: EnvConfig, 
         "final_sft_loss": final_loss,
         "weights_sha256": weights_hash(model),
         "build_seconds": round(time.time() - started, 1),
+        "sft_device": training_device().type,
         "env": env_cfg.name,
     }
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
@@ -195,6 +196,11 @@ def length_bucketed_batches(lengths: list[int], batch_size: int, batch_tokens: i
     return batches
 
 
+def training_device() -> torch.device:
+    """Where the supervised fine-tunes (the tiny build, a pretrained model's warm start) run: CUDA if any."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
 def supervised_fine_tune(
     model: torch.nn.Module,
     sequences: list[tuple[list[int], list[int]]],
@@ -207,7 +213,11 @@ def supervised_fine_tune(
     context_weight: float = 0.0,
 ) -> float:
     """AdamW with warmup + cosine decay. Context tokens get ``context_weight`` of a response token's
-    loss: modelling the observations too is what teaches the small model to look at (copy from) them."""
+    loss: modelling the observations too is what teaches the small model to look at (copy from) them.
+    Runs on the CUDA GPU where there is one (on a GPU machine's CPU, SmolLM2's 48 steps took ~5 min) and
+    hands the model back on the CPU, where its caller merges, hashes and saves it."""
+    device = training_device()
+    model.to(device)
     gen = torch.Generator().manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     warmup = max(1, steps // 20)
@@ -231,6 +241,7 @@ def supervised_fine_tune(
             ids[row, : len(seq)] = torch.tensor(seq)
             attn[row, : len(seq)] = 1
             weights[row, : len(seq)] = torch.tensor([1.0 if m else context_weight for m in mask])
+        ids, weights, attn = ids.to(device), weights.to(device), attn.to(device)
         logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
         token_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
         w = weights[:, 1:].reshape(-1)
@@ -245,6 +256,7 @@ def supervised_fine_tune(
             bar.update(1, loss=loss_value)
     if bar is not None:
         bar.close()
+    model.to("cpu")
     model.eval()
     return loss_value
 

@@ -32,6 +32,7 @@ from agentcollapse.models.tiny import (
     length_bucketed_batches,
     load_tokenizer,
     supervised_fine_tune,
+    training_device,
     weights_hash,
 )
 
@@ -110,6 +111,7 @@ def _build(tmp: Path, target: Path, base_dir: Path, model_cfg: ModelConfig, env_
         "mean_episode_tokens": sum(tokens) / max(1, len(tokens)),
         "weights_sha256": weights_hash(merged),
         "build_seconds": round(time.time() - started, 1),
+        "sft_device": training_device().type,
     }
     (tmp / "meta.json").write_text(json.dumps(meta, indent=2))
     log.info("warm-started %s on %s in %.0fs (sft loss %.3f)", base_dir.name, env_cfg.name, meta["build_seconds"], final_loss)
