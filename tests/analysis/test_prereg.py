@@ -114,3 +114,28 @@ def test_the_interim_look_keeps_n_within_8_and_12():
     assert needed > 100 and planned == 12
     with pytest.raises(ValueError, match="at least 2 pairs"):
         planned_pairs([0.1])
+
+
+def test_the_committed_runs_load_as_a_run_set_and_give_the_spearman_reading(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    from agentcollapse.analysis.prereg import SPEARMAN_DIAGNOSTICS, load_committed, spearman_reading
+
+    committed = Path(__file__).parents[2] / "docs" / "results" / "smollm2-prereg"
+    runset = load_committed(committed, tmp_path / "a", seeds=[100])  # stage 1's two long runs
+    assert sorted(runset.runs["filter"]) == ["none", "rv_top_p 0.9"] and set(runset.runs["last_step"]) == {60}
+    # the run set's final success is the plan's primary outcome: the mean of the last three evaluations
+    none = runset.runs[runset.runs["filter"] == "none"].iloc[0]
+    from agentcollapse.analysis.prereg import read_run
+
+    assert none["final/val/success_rate"] == pytest.approx(read_run(str(committed / "none-seed100-metrics.csv"))["final_success"])
+    reading = spearman_reading(runset)
+    assert "**This table cannot speak**: with 2 runs" in reading and all(f"`{d}`" in reading for d in SPEARMAN_DIAGNOSTICS)
+    # a run committed without its summary is named, not skipped in silence
+    partial = tmp_path / "partial"
+    partial.mkdir()
+    for f in ("metrics.csv", "config.yaml"):
+        shutil.copy(committed / f"none-seed100-{f}", partial / f"none-seed3-{f}")
+    with pytest.raises(FileNotFoundError, match="none-seed3: no summary.json"):
+        load_committed(partial, tmp_path / "b")

@@ -15,6 +15,9 @@ Each rule is a plain function on one run's logged series, so the reading cannot 
 * :func:`pairs_for_power`: the pairs a paired t-test needs for a power at an SD of the paired difference.
 * :func:`planned_pairs`: the interim look after 4 pairs: the SD of their differences only (the mean is not
   looked at), and the n it asks for, at least 8 and at most 12.
+* :func:`load_committed` and :func:`spearman_reading`: the committed runs as the analysis package's run set,
+  and the plan's secondary Spearman table (final MI z-score, conditional entropies and policy entropy
+  against final T=0.5 success) with its can-it-speak verdict.
 """
 
 from __future__ import annotations
@@ -29,7 +32,9 @@ import pandas as pd
 from omegaconf import OmegaConf
 from scipy import stats as sps
 
+from agentcollapse.analysis.correlations import spearman_markdown, spearman_table
 from agentcollapse.analysis.lag import onset
+from agentcollapse.analysis.runs import RunSet, load_runs
 from agentcollapse.analysis.stats import binomial_se
 
 __all__ = [
@@ -43,7 +48,9 @@ __all__ = [
     "paired_length",
     "paired_test",
     "pairs_for_power",
+    "load_committed",
     "planned_pairs",
+    "spearman_reading",
 ]
 
 SIGMA_Z = 0.59
@@ -224,6 +231,47 @@ def read_run(path: str, length: int | None = None) -> dict[str, float | str]:
     }
 
 
+# the plan's secondary correlations: the final value of each, against final held-out success at T=0.5
+SPEARMAN_DIAGNOSTICS = (
+    MI_KEY,
+    "collapse_first_turn_sample/conditional_entropy_est",
+    ENTROPY_KEY,
+    "actor/entropy",
+)
+RUN_FILES = ("metrics.csv", "config.yaml", "summary.json")
+
+
+def load_committed(folder: str | Path, scratch: str | Path, seeds: Sequence[int] | None = None) -> RunSet:
+    """The committed runs (``<arm>-seed<k>-{metrics.csv,config.yaml,summary.json}``) as a :class:`RunSet`:
+    each is linked into a run directory ``<scratch>/<arm>-seed<k>`` so the analysis package reads it as it
+    reads a sweep's. ``seeds``: only these (default: every run but the stage-1 seed 100)."""
+    folder, scratch = Path(folder).resolve(), Path(scratch)
+    dirs = []
+    for metrics in sorted(folder.glob("*-metrics.csv")):
+        name = metrics.name.removesuffix("-metrics.csv")
+        seed = int(name.rsplit("-seed", 1)[1])
+        wanted = seed != 100 if seeds is None else seed in seeds
+        if not wanted:
+            continue
+        missing = [f for f in RUN_FILES if not (folder / f"{name}-{f}").is_file()]
+        if missing:
+            raise FileNotFoundError(f"{folder}/{name}: no {', '.join(missing)} beside its metrics (commit each run's three files)")
+        run_dir = scratch / name
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for f in RUN_FILES:
+            link = run_dir / f
+            if not link.exists():
+                link.symlink_to(folder / f"{name}-{f}")
+        dirs.append(run_dir)
+    return load_runs(dirs)
+
+
+def spearman_reading(runset: RunSet) -> str:
+    """The plan's secondary Spearman table over the runs, as Markdown, with the can-it-speak verdict."""
+    table = spearman_table(runset, targets=[f"final/{SUCCESS_KEY}"], diagnostics=SPEARMAN_DIAGNOSTICS, stat="final", by_env=False)
+    return spearman_markdown(table, runset)
+
+
 def main() -> None:
     import argparse
     import glob
@@ -237,7 +285,17 @@ def main() -> None:
         action="store_true",
         help="the look after 4 pairs: prints only the SD of the paired differences and the planned n (no outcome, no mean)",
     )
+    ap.add_argument(
+        "--spearman", action="store_true", help="the secondary Spearman table over the paired runs (final diagnostics vs final success)"
+    )
     args = ap.parse_args()
+    if args.spearman:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as scratch:
+            seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
+            print(spearman_reading(load_committed(args.folder, scratch, seeds)))
+        return
     runs = [read_run(p, args.length) for p in sorted(glob.glob(f"{args.folder}/*-metrics.csv"))]
     if args.interim:
         _interim(runs, args.seeds)
