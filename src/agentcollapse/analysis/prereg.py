@@ -239,6 +239,7 @@ SPEARMAN_DIAGNOSTICS = (
     "actor/entropy",
 )
 RUN_FILES = ("metrics.csv", "config.yaml", "summary.json")
+CURVE_METRICS = (SUCCESS_KEY, "val/success_rate_t1", MI_KEY, ENTROPY_KEY, "actor/entropy", "rollout/success_rate")
 
 
 def load_committed(folder: str | Path, scratch: str | Path, seeds: Sequence[int] | None = None) -> RunSet:
@@ -288,13 +289,19 @@ def main() -> None:
     ap.add_argument(
         "--spearman", action="store_true", help="the secondary Spearman table over the paired runs (final diagnostics vs final success)"
     )
+    ap.add_argument("--curves", default=None, metavar="PNG", help="plot the runs' curves (colour: arm, line: seed) to this file")
     args = ap.parse_args()
-    if args.spearman:
+    if args.spearman or args.curves:
         import tempfile
 
+        from agentcollapse.analysis.plots import plot_curves
+
         with tempfile.TemporaryDirectory() as scratch:
-            seeds = [int(s) for s in args.seeds.split(",")] if args.seeds else None
-            print(spearman_reading(load_committed(args.folder, scratch, seeds)))
+            runset = load_committed(args.folder, scratch, [int(s) for s in args.seeds.split(",")] if args.seeds else None)
+            if args.spearman:
+                print(spearman_reading(runset))
+            if args.curves:
+                print(f"curves: {plot_curves(runset, args.curves, CURVE_METRICS)}")
         return
     runs = [read_run(p, args.length) for p in sorted(glob.glob(f"{args.folder}/*-metrics.csv"))]
     if args.interim:
