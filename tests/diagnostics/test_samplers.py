@@ -175,3 +175,16 @@ def test_the_registry_is_the_one_list_of_samplers():
         "first_turn_nocopy": "first_turn",
         "trajectory_nocopy": "trajectory",
     }
+
+
+def test_the_config_help_names_every_registered_sampler():
+    # the config layer cannot import the registry (it sits below it), so its help text names the samplers
+    # in words; this keeps those words the registry's
+    import re
+
+    from agentcollapse.config.schema import DiagnosticsConfig, field_help
+    from agentcollapse.diagnostics.samplers import sampler_names
+
+    help_text = next(h for name, _, h in field_help(DiagnosticsConfig) if name == "skip_samplers")
+    listed = re.search(r"\(([^;)]*);", help_text).group(1).split(", ")
+    assert listed == list(sampler_names()), f"skip_samplers' help lists {listed}; the registry has {sampler_names()}"
