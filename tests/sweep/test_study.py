@@ -180,3 +180,32 @@ def test_a_failed_trial_with_no_status_runs_again_on_resume_and_is_called_interr
         asked.append(got[1])
         again.tell(got[0], Outcome("finished", 0.5))
     assert len(asked) == 4 and asked[-1] == params  # the 3 other grid points, then the lost one
+
+
+def test_retry_failed_runs_the_failed_trials_again_on_resume_and_leaves_pruned_ones(tmp_path):
+    study = _study(tmp_path)
+    outcomes = ["failed", "pruned", "finished", "failed"]
+    failed_params = []
+    while (got := study.ask()) is not None:
+        trial, params = got
+        kind = outcomes[trial.number]
+        run_dir = study.trial_dir(trial.number)
+        if kind == "pruned":
+            study.tell(trial, Outcome("pruned", 0.4, reason="pruned at step 5"))
+            continue
+        _record(run_dir, kind, reason="MissingConfigException: a config the sweep's code did not know" if kind == "failed" else "")
+        study.tell(trial, Outcome.from_run(run_dir, study.settings))
+        if kind == "failed":
+            failed_params.append(params)
+    assert _study(tmp_path).ask() is None  # a plain resume skips failed trials
+    again = _study(tmp_path, retry_failed=True)
+    assert "2 to run again" in again.report.start_line()
+    asked = []
+    while (got := again.ask()) is not None:
+        asked.append(got[1])
+        _record(again.trial_dir(got[0].number), "finished")
+        again.tell(got[0], Outcome.from_run(again.trial_dir(got[0].number), again.settings))
+    assert sorted(map(tuple, (p.values() for p in asked))) == sorted(map(tuple, (p.values() for p in failed_params)))
+    counts = again.report.counts()
+    assert counts["finished"] == 3 and counts["pruned"] == 1 and counts["failed"] == 2  # the failed ones stay in the record
+    assert _study(tmp_path, retry_failed=True).ask() is None  # each failed trial is retried once per failure

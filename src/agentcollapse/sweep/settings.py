@@ -42,6 +42,11 @@ class SweepSettings:
     )
     seed: int = opt(0, help="the tpe / random sampler's seed (each worker draws from its own stream)")
     batch_size: int = opt(1, help="trials handed to the launcher at once (hydra/launcher=submitit_local runs a batch in parallel)")
+    retry_failed: bool = opt(
+        False,
+        help="on resume, run the failed trials again too (after fixing what crashed them: a code or machine fault); "
+        "pruned ones stay pruned",
+    )
     heartbeat_s: int = opt(30, help="a running trial's worker proves it is alive this often; 3x silent = lost, run again on resume")
     pruner: dict[str, Any] = opt(
         factory=lambda: {"name": "none"},

@@ -11,7 +11,8 @@ a trial, runs it, and tells the outcome:
 
 Every trial's outcome comes from its run record (``summary.json``, :mod:`.outcome`), so a crashed trial
 is a ``FAIL`` with the run's own reason, a pruned one a ``PRUNED``. Resuming (the same sweep directory
-again) skips every trial that finished, failed or was pruned, and runs again the ones that were
+again) skips every trial that finished, failed (``hydra.sweeper.retry_failed=true`` runs those again too) or was
+pruned, and runs again the ones that were
 interrupted (Ctrl+C, SIGTERM) or whose worker vanished (no heartbeat for ``3 * heartbeat_s``, or no
 status recorded at all: :func:`agentcollapse.records.runs_again`). A trial run again continues from the
 interrupted run's last checkpoint, in its directory, when it wrote one (an hour-long run interrupted at
@@ -181,7 +182,7 @@ class SweepStudy:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
             if t.number in requeued or t.user_attrs.get(STRAY):
                 continue
-            if runs_again(t.user_attrs):
+            if runs_again(t.user_attrs) or (self.settings.retry_failed and t.user_attrs.get(STATUS) == "failed"):
                 again.append(t)
         for t in again:
             attrs = {"grid": bool(t.user_attrs.get("grid")), "retry_of": t.number}
