@@ -139,3 +139,19 @@ def test_the_committed_runs_load_as_a_run_set_and_give_the_spearman_reading(tmp_
         shutil.copy(committed / f"none-seed100-{f}", partial / f"none-seed3-{f}")
     with pytest.raises(FileNotFoundError, match="none-seed3: no summary.json"):
         load_committed(partial, tmp_path / "b")
+
+
+def test_progress_counts_runs_and_pairs_from_the_file_names_alone():
+    from agentcollapse.analysis.prereg import progress
+
+    names = [
+        "none-seed100-metrics.csv",
+        "rv_top_p-seed100-metrics.csv",
+        "none-seed0-metrics.csv",
+        "rv_top_p-seed0-metrics.csv",
+        "none-seed1-metrics.csv",
+    ]
+    assert progress(names) == (
+        "stage 2: 3 of 16 paired runs committed (none: seeds [0, 1]; rv_top_p: seeds [0]); 1 of 8 pairs complete [0]"
+    )
+    assert progress([], planned=10).startswith("stage 2: 0 of 20 paired runs committed")

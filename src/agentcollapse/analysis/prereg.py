@@ -50,6 +50,7 @@ __all__ = [
     "pairs_for_power",
     "load_committed",
     "planned_pairs",
+    "progress",
     "spearman_reading",
 ]
 
@@ -242,6 +243,23 @@ RUN_FILES = ("metrics.csv", "config.yaml", "summary.json")
 CURVE_METRICS = (SUCCESS_KEY, "val/success_rate_t1", MI_KEY, ENTROPY_KEY, "actor/entropy", "rollout/success_rate")
 
 
+def progress(names: Sequence[str], planned: int = 8) -> str:
+    """Stage 2's progress from the committed runs' file names (``<arm>-seed<k>-metrics.csv``) alone, so a
+    stop note can say how far the experiment is without reading any outcome."""
+    arms: dict[str, set[int]] = {}
+    for name in names:
+        arm, seed = name.removesuffix("-metrics.csv").rsplit("-seed", 1)
+        if int(seed) != 100:
+            arms.setdefault(arm, set()).add(int(seed))
+    none, filt = sorted(arms.get("none", set())), sorted(arms.get("rv_top_p", set()))
+    pairs = sorted(set(none) & set(filt))
+    done = len(none) + len(filt)
+    return (
+        f"stage 2: {done} of {2 * planned} paired runs committed (none: seeds {none}; rv_top_p: seeds {filt}); "
+        f"{len(pairs)} of {planned} pairs complete {pairs}"
+    )
+
+
 def load_committed(folder: str | Path, scratch: str | Path, seeds: Sequence[int] | None = None) -> RunSet:
     """The committed runs (``<arm>-seed<k>-{metrics.csv,config.yaml,summary.json}``) as a :class:`RunSet`:
     each is linked into a run directory ``<scratch>/<arm>-seed<k>`` so the analysis package reads it as it
@@ -290,7 +308,14 @@ def main() -> None:
         "--spearman", action="store_true", help="the secondary Spearman table over the paired runs (final diagnostics vs final success)"
     )
     ap.add_argument("--curves", default=None, metavar="PNG", help="plot the runs' curves (colour: arm, line: seed) to this file")
+    ap.add_argument(
+        "--status", action="store_true", help="runs done of runs planned, from the committed files' names only (no outcome is read)"
+    )
+    ap.add_argument("--planned", type=int, default=8, help="the planned pairs, for --status (8; up to 12 after the interim look)")
     args = ap.parse_args()
+    if args.status:
+        print(progress([p.name for p in Path(args.folder).glob("*-metrics.csv")], args.planned))
+        return
     if args.spearman or args.curves:
         import tempfile
 
