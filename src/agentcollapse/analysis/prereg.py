@@ -48,7 +48,9 @@ __all__ = [
     "paired_length",
     "paired_test",
     "pairs_for_power",
+    "arm_and_seed",
     "load_committed",
+    "paired_differences",
     "planned_pairs",
     "progress",
     "spearman_reading",
@@ -195,6 +197,8 @@ def planned_pairs(differences: Sequence[float], *, minimum: int = 8, maximum: in
 
 
 # -- reading the committed runs ----------------------------------------------------------------------
+STAGE1_SEED = 100  # the long runs' seed, not among the paired ones
+FILTER_ARM, NO_FILTER_ARM = "rv_top_p", "none"
 SUCCESS_KEY = "val/success_rate"  # T=0.5, the primary outcome
 MI_KEY = "collapse_trajectory_sample/mi_zscore"
 ENTROPY_KEY = "collapse_trajectory_sample/conditional_entropy_est"
@@ -208,10 +212,26 @@ def val_episodes(metrics_path: str, default: int = 64) -> int:
     return int(OmegaConf.select(OmegaConf.load(config), "trainer.val_episodes", default=default))
 
 
+def arm_and_seed(filename: str) -> tuple[str, int]:
+    """``<arm>-seed<k>-metrics.csv`` (a committed run's file name, or its path) as (arm, k)."""
+    arm, seed = Path(filename).name.removesuffix("-metrics.csv").rsplit("-seed", 1)
+    return arm, int(seed)
+
+
+def paired_differences(runs: Sequence[dict[str, float | str]], seeds: set[int] | None = None) -> dict[int, float]:
+    """Filter minus no filter, final success, per seed whose two arms are both there (the stage-1 seed left out;
+    ``seeds``: only these)."""
+    by_seed: dict[int, dict[str, float]] = {}
+    for r in runs:
+        seed = int(r["seed"])
+        if seed != STAGE1_SEED and (seeds is None or seed in seeds):
+            by_seed.setdefault(seed, {})[str(r["arm"])] = float(r["final_success"])
+    return {k: v[FILTER_ARM] - v[NO_FILTER_ARM] for k, v in sorted(by_seed.items()) if {FILTER_ARM, NO_FILTER_ARM} <= set(v)}
+
+
 def read_run(path: str, length: int | None = None) -> dict[str, float | str]:
     """One committed run (``<arm>-seed<k>-metrics.csv``) read by the rules above."""
-    name = path.rsplit("/", 1)[-1].removesuffix("-metrics.csv")
-    arm, seed = name.rsplit("-seed", 1)
+    arm, seed = arm_and_seed(path)
     d = pd.read_csv(path)
     ev = d[d[SUCCESS_KEY].notna()]
     px = d[d[MI_KEY].notna()]
@@ -220,7 +240,7 @@ def read_run(path: str, length: int | None = None) -> dict[str, float | str]:
     last = int(d["step"].max())
     return {
         "arm": arm,
-        "seed": int(seed),
+        "seed": seed,
         "last_step": last,
         "step0_success": float(ev[SUCCESS_KEY].iloc[0]),
         "decline_step": decline_step(ev["step"], ev[SUCCESS_KEY]),
@@ -247,11 +267,10 @@ def progress(names: Sequence[str], planned: int = 8) -> str:
     """Stage 2's progress from the committed runs' file names (``<arm>-seed<k>-metrics.csv``) alone, so a
     stop note can say how far the experiment is without reading any outcome."""
     arms: dict[str, set[int]] = {}
-    for name in names:
-        arm, seed = name.removesuffix("-metrics.csv").rsplit("-seed", 1)
-        if int(seed) != 100:
-            arms.setdefault(arm, set()).add(int(seed))
-    none, filt = sorted(arms.get("none", set())), sorted(arms.get("rv_top_p", set()))
+    for arm, seed in map(arm_and_seed, names):
+        if seed != STAGE1_SEED:
+            arms.setdefault(arm, set()).add(seed)
+    none, filt = sorted(arms.get(NO_FILTER_ARM, set())), sorted(arms.get(FILTER_ARM, set()))
     pairs = sorted(set(none) & set(filt))
     done = len(none) + len(filt)
     return (
@@ -268,8 +287,8 @@ def load_committed(folder: str | Path, scratch: str | Path, seeds: Sequence[int]
     dirs = []
     for metrics in sorted(folder.glob("*-metrics.csv")):
         name = metrics.name.removesuffix("-metrics.csv")
-        seed = int(name.rsplit("-seed", 1)[1])
-        wanted = seed != 100 if seeds is None else seed in seeds
+        seed = arm_and_seed(metrics.name)[1]
+        wanted = seed != STAGE1_SEED if seeds is None else seed in seeds
         if not wanted:
             continue
         missing = [f for f in RUN_FILES if not (folder / f"{name}-{f}").is_file()]
@@ -313,6 +332,7 @@ def main() -> None:
     )
     ap.add_argument("--planned", type=int, default=8, help="the planned pairs, for --status (8; up to 12 after the interim look)")
     args = ap.parse_args()
+    seeds = {int(s) for s in args.seeds.split(",")} if args.seeds else None
     if args.status:
         print(progress([p.name for p in Path(args.folder).glob("*-metrics.csv")], args.planned))
         return
@@ -322,7 +342,7 @@ def main() -> None:
         from agentcollapse.analysis.plots import plot_curves
 
         with tempfile.TemporaryDirectory() as scratch:
-            runset = load_committed(args.folder, scratch, [int(s) for s in args.seeds.split(",")] if args.seeds else None)
+            runset = load_committed(args.folder, scratch, sorted(seeds) if seeds else None)
             if args.spearman:
                 print(spearman_reading(runset))
             if args.curves:
@@ -330,24 +350,19 @@ def main() -> None:
         return
     runs = [read_run(p, args.length) for p in sorted(glob.glob(f"{args.folder}/*-metrics.csv"))]
     if args.interim:
-        _interim(runs, args.seeds)
+        _interim(paired_differences(runs, seeds))
         return
     for r in runs:
         print(", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
-    stage1_none = [r for r in runs if r["seed"] == 100 and r["arm"] == "none"]
+    stage1_none = [r for r in runs if r["seed"] == STAGE1_SEED and r["arm"] == NO_FILTER_ARM]
     if stage1_none:
         r = stage1_none[0]
         seen = [float(s) for s in (r["decline_step"], r["signature_step"]) if not math.isnan(float(s))]
         event = min(seen) if seen else math.nan
         print(f"stage 1: the no-filter run's first decline or signature step {event}: L = {paired_length(event)}")
-    wanted = {int(s) for s in args.seeds.split(",")} if args.seeds else None
-    by_seed: dict[int, dict[str, float]] = {}
-    for r in runs:
-        if r["seed"] != 100 and (wanted is None or r["seed"] in wanted):
-            by_seed.setdefault(int(r["seed"]), {})[str(r["arm"])] = float(r["final_success"])
-    diffs = [v["rv_top_p"] - v["none"] for v in by_seed.values() if {"rv_top_p", "none"} <= set(v)]
+    diffs = paired_differences(runs, seeds)
     if diffs:
-        res = paired_test(diffs)
+        res = paired_test(list(diffs.values()))
         print(
             f"paired (filter - none), n={res.n}: mean {res.mean:+.3f}, 95% CI [{res.ci_low:+.3f}, {res.ci_high:+.3f}], "
             f"t p={res.t_p:.3f}, Wilcoxon exact p={res.wilcoxon_p:.3f}, SD {res.sd:.3f} "
@@ -355,18 +370,13 @@ def main() -> None:
         )
 
 
-def _interim(runs: list[dict[str, float | str]], seeds: str | None) -> None:
+def _interim(diffs: dict[int, float]) -> None:
     """Print the interim look blind to the outcome: which pairs are complete, their SD, the planned n."""
-    wanted = {int(s) for s in seeds.split(",")} if seeds else None
-    by_seed: dict[int, dict[str, float]] = {}
-    for r in runs:
-        if r["seed"] != 100 and (wanted is None or r["seed"] in wanted):
-            by_seed.setdefault(int(r["seed"]), {})[str(r["arm"])] = float(r["final_success"])
-    complete = sorted(k for k, v in by_seed.items() if {"rv_top_p", "none"} <= set(v))
+    complete = list(diffs)
     if len(complete) < 2:
         print(f"interim: {len(complete)} complete pair(s) (seeds {complete}); the SD needs at least 2")
         return
-    sd, needed, planned = planned_pairs([by_seed[k]["rv_top_p"] - by_seed[k]["none"] for k in complete])
+    sd, needed, planned = planned_pairs(list(diffs.values()))
     print(
         f"interim, pairs of seeds {complete} (n={len(complete)}): SD of the paired difference {sd:.3f}; "
         f"80% power for +0.10 needs {needed} pairs; planned n = {planned} (within [8, 12])"
