@@ -35,11 +35,12 @@ TRIAL_COLUMNS = (("trial", "status", "value"), ("final", "last_step", "pruned_at
 _TRIAL_STATES = {"WAITING": "waiting", "RUNNING": "running", "PRUNED": "pruned", "COMPLETE": "finished"}
 
 
-def runs_again(user_attrs: dict[str, Any]) -> bool:
+def runs_again(user_attrs: dict[str, Any], *, failed_too: bool = False) -> bool:
     """Whether a failed (``FAIL``) trial runs again on resume: it was interrupted, its worker vanished
     (``lost``, or still ``running`` when Optuna failed it as stale), or it has no status at all (its
-    worker died before recording anything, so no run of it is known: lost as well)."""
-    return user_attrs.get(STATUS, "lost") in (*RETRY_STATUSES, "running")
+    worker died before recording anything, so no run of it is known: lost as well). ``failed_too``
+    (``hydra.sweeper.retry_failed``): a trial whose run failed as well."""
+    return user_attrs.get(STATUS, "lost") in (*RETRY_STATUSES, "running", *(("failed",) if failed_too else ()))
 
 
 def trial_status(trial: Any) -> str:

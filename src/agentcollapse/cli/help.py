@@ -22,21 +22,20 @@ examples:
 """
 
 
-def _section_help(prefix: str, schema: type, lines: list[str]) -> None:
+def _section_help(prefix: str, schema: type, lines: list[str], indent: str = "  ") -> None:
     hints = typing.get_type_hints(schema)
     for name, default, text in field_help(schema):
         if dataclasses.is_dataclass(hints[name]):
-            _section_help(f"{prefix}{name}.", hints[name], lines)
+            _section_help(f"{prefix}{name}.", hints[name], lines, indent)
             continue
-        lines.append(f"  {prefix + name:<34} {text} [default {default}]")
+        lines.append(f"{indent}{prefix + name:<{36 - len(indent)}} {text} [default {default}]")
 
 
 def _env_kwargs_help(lines: list[str]) -> None:
     """Each built-in env's keywords (config/env_kwargs.py), as env.kwargs.<key>=<value> sets them."""
     for env, schema in ENV_KWARGS.items():
         lines.append(f"  env={env}:")
-        for key, default, text in field_help(schema):
-            lines.append(f"    {'env.kwargs.' + key:<32} {text} [default {default}]")
+        _section_help("env.kwargs.", schema, lines, indent="    ")
 
 
 def train_help() -> str:

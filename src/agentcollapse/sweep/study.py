@@ -182,7 +182,7 @@ class SweepStudy:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
             if t.number in requeued or t.user_attrs.get(STRAY):
                 continue
-            if runs_again(t.user_attrs) or (self.settings.retry_failed and t.user_attrs.get(STATUS) == "failed"):
+            if runs_again(t.user_attrs, failed_too=self.settings.retry_failed):
                 again.append(t)
         for t in again:
             attrs = {"grid": bool(t.user_attrs.get("grid")), "retry_of": t.number}
