@@ -43,6 +43,13 @@ def runs_again(user_attrs: dict[str, Any], *, failed_too: bool = False) -> bool:
     return user_attrs.get(STATUS, "lost") in (*RETRY_STATUSES, "running", *(("failed",) if failed_too else ()))
 
 
+def worker_vanished(trial: Any) -> bool:
+    """Whether a failed (``FAIL``) trial's worker vanished before its run recorded an end: still ``running``
+    when Optuna failed it as stale, or no status at all. Optuna then dates its end to the resume that
+    found it, so its duration is unknown (the downtime in between would count)."""
+    return trial.state.name == "FAIL" and trial.user_attrs.get(STATUS, "lost") in ("running", "lost")
+
+
 def trial_status(trial: Any) -> str:
     """An Optuna trial of a sweep as ``trials.csv``, the progress lines and the analysis tables name it:
     waiting, running, finished, pruned, failed, or interrupted (stopped, or its worker vanished: it runs

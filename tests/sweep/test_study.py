@@ -135,8 +135,12 @@ def test_a_trial_whose_worker_vanished_runs_again_once_its_heartbeat_is_stale(tm
         again.tell(got[0], Outcome("finished", 0.5))
     assert len(asked) == 4 and asked[-1] == params  # the 3 untouched grid points, then the lost one
     again.report.write_csv()
-    statuses = [r["status"] for r in _table(again)]
-    assert statuses.count("interrupted") == 1 and statuses.count("finished") == 4
+    table = _table(again)
+    assert [r["status"] for r in table].count("interrupted") == 1 and [r["status"] for r in table].count("finished") == 4
+    lost = next(r for r in table if r["status"] == "interrupted")
+    # Optuna dates its end to the resume that found it, so a duration would count the downtime: none is shown
+    assert lost["duration_s"] == "" and "worker vanished" in lost["reason"]
+    assert all(r["duration_s"] != "" for r in table if r["status"] == "finished")
 
 
 def test_an_interrupted_trial_with_a_checkpoint_is_continued_in_its_own_directory(tmp_path):
