@@ -50,6 +50,16 @@ def worker_vanished(trial: Any) -> bool:
     return trial.state.name == "FAIL" and trial.user_attrs.get(STATUS, "lost") in ("running", "lost")
 
 
+def trial_reason(trial: Any) -> str:
+    """Why a trial ended as it did: its run's reason, or, for a vanished worker (whose run wrote none), that."""
+    reason = str(trial.user_attrs.get(REASON) or "")
+    return reason or (
+        "its worker vanished (killed, or its machine stopped) before the run recorded an end; it runs again on resume"
+        if worker_vanished(trial)
+        else ""
+    )
+
+
 def trial_status(trial: Any) -> str:
     """An Optuna trial of a sweep as ``trials.csv``, the progress lines and the analysis tables name it:
     waiting, running, finished, pruned, failed, or interrupted (stopped, or its worker vanished: it runs

@@ -129,6 +129,10 @@ def test_a_trial_whose_worker_vanished_runs_again_once_its_heartbeat_is_stale(tm
     time.sleep(5)  # > 3 heartbeats (SQLite keeps whole seconds)
     again = _study(tmp_path, heartbeat_s=1)
     assert "1 to run again" in again.report.start_line()
+    from agentcollapse.records import trial_reason, worker_vanished
+
+    (lost,) = [t for t in again.study.get_trials(deepcopy=False) if worker_vanished(t)]  # the analysis tables' reason too
+    assert lost.number == trial.number and "worker vanished" in trial_reason(lost)
     asked = []
     while (got := again.ask()) is not None:
         asked.append(got[1])
@@ -137,9 +141,9 @@ def test_a_trial_whose_worker_vanished_runs_again_once_its_heartbeat_is_stale(tm
     again.report.write_csv()
     table = _table(again)
     assert [r["status"] for r in table].count("interrupted") == 1 and [r["status"] for r in table].count("finished") == 4
-    lost = next(r for r in table if r["status"] == "interrupted")
+    row = next(r for r in table if r["status"] == "interrupted")
     # Optuna dates its end to the resume that found it, so a duration would count the downtime: none is shown
-    assert lost["duration_s"] == "" and "worker vanished" in lost["reason"]
+    assert row["duration_s"] == "" and "worker vanished" in row["reason"]
     assert all(r["duration_s"] != "" for r in table if r["status"] == "finished")
 
 

@@ -44,7 +44,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from agentcollapse.records import REASON, RUN_DIR, STRAY, TRIAL_COLUMNS, read_summary, trial_status
+from agentcollapse.records import RUN_DIR, STRAY, TRIAL_COLUMNS, read_summary, trial_reason, trial_status
 
 __all__ = [
     "CHANCE_RETRIEVAL",
@@ -331,8 +331,8 @@ def _study_db_table(db: Path, sweep_dir: Path) -> pd.DataFrame | None:
             "trial_status": trial_status(t),
             "trial_run_dir": str(t.user_attrs.get(RUN_DIR) or sweep_dir / str(t.number)),
         }
-        if REASON in t.user_attrs:
-            row["trial_reason"] = str(t.user_attrs[REASON])
+        if reason := trial_reason(t):
+            row["trial_reason"] = reason
         for name, value in t.params.items():
             row[f"sweep/{name}"] = str(value) if isinstance(t.distributions.get(name), CategoricalDistribution) else value
         rows.append(row)

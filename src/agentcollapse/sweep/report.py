@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentcollapse.records import REASON, RUN_DIR, STATUS, STRAY, TRIAL_COLUMNS, atomic_write_text, trial_status, worker_vanished
+from agentcollapse.records import (
+    RUN_DIR,
+    STATUS,
+    STRAY,
+    TRIAL_COLUMNS,
+    atomic_write_text,
+    trial_reason,
+    trial_status,
+    worker_vanished,
+)
 from agentcollapse.sweep.optuna_bridge import enqueued_params
 from agentcollapse.sweep.outcome import Outcome
 from agentcollapse.sweep.settings import SweepSettings
@@ -21,9 +30,6 @@ from agentcollapse.sweep.space import SearchSpace
 from agentcollapse.sweep.storage import hide_password
 
 __all__ = ["StudyReport", "format_duration"]
-
-# trials.csv's reason for a trial whose worker vanished (its run wrote no end, so there is none to quote)
-VANISHED = "its worker vanished (killed, or its machine stopped) before the run recorded an end; it runs again on resume"
 
 
 def format_duration(seconds: float) -> str:
@@ -95,8 +101,7 @@ class StudyReport:
             fixed = enqueued_params(t)  # a waiting trial's values, before it runs
             for key in self.space.keys:
                 row[key] = t.params.get(key, fixed.get(key, ""))
-            vanished = worker_vanished(t)
-            ended = t.datetime_complete and t.datetime_start and not vanished
+            ended = t.datetime_complete and t.datetime_start and not worker_vanished(t)
             duration = (t.datetime_complete - t.datetime_start).total_seconds() if ended else None
             row.update(
                 {
@@ -107,7 +112,7 @@ class StudyReport:
                     "retry_of": t.user_attrs.get("retry_of", ""),
                     "worker": t.user_attrs.get("worker", ""),
                     "run_dir": t.user_attrs.get(RUN_DIR, ""),
-                    "reason": t.user_attrs.get(REASON) or (VANISHED if vanished else ""),
+                    "reason": trial_reason(t),
                 }
             )
             rows.append(row)
