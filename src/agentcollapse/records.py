@@ -28,7 +28,9 @@ STATUSES = ("running", "finished", "failed", "interrupted")
 # (asked for after the grid ran out, failed at once, never run and never counted). A trial that runs an
 # interrupted one again names the sweep subdirectory whose checkpoint it continues (RESUMES).
 STATUS, REASON, RUN_DIR, STRAY, RESUMES = "status", "reason", "run_dir", "stray", "resumes"
-RETRY_STATUSES = ("interrupted", "lost")  # run again on resume
+# A trial's status when its worker vanished: still "running" when Optuna failed it as stale, or "lost" (none recorded)
+VANISHED_STATUSES = ("running", "lost")
+RETRY_STATUSES = ("interrupted", *VANISHED_STATUSES)  # run again on resume
 # A sweep's trials.csv: these columns, with one column per sweep axis between the two parts
 TRIAL_COLUMNS = (("trial", "status", "value"), ("final", "last_step", "pruned_at", "duration_s", "retry_of", "worker", "run_dir", "reason"))
 # Optuna's trial states (TrialState names, so this module needs no Optuna) as a sweep names them
@@ -40,14 +42,14 @@ def runs_again(user_attrs: dict[str, Any], *, failed_too: bool = False) -> bool:
     (``lost``, or still ``running`` when Optuna failed it as stale), or it has no status at all (its
     worker died before recording anything, so no run of it is known: lost as well). ``failed_too``
     (``hydra.sweeper.retry_failed``): a trial whose run failed as well."""
-    return user_attrs.get(STATUS, "lost") in (*RETRY_STATUSES, "running", *(("failed",) if failed_too else ()))
+    return user_attrs.get(STATUS, "lost") in (*RETRY_STATUSES, *(("failed",) if failed_too else ()))
 
 
 def worker_vanished(trial: Any) -> bool:
     """Whether a failed (``FAIL``) trial's worker vanished before its run recorded an end: still ``running``
     when Optuna failed it as stale, or no status at all. Optuna then dates its end to the resume that
     found it, so its duration is unknown (the downtime in between would count)."""
-    return trial.state.name == "FAIL" and trial.user_attrs.get(STATUS, "lost") in ("running", "lost")
+    return trial.state.name == "FAIL" and trial.user_attrs.get(STATUS, "lost") in VANISHED_STATUSES
 
 
 def trial_reason(trial: Any) -> str:

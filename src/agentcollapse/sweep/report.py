@@ -32,6 +32,14 @@ from agentcollapse.sweep.storage import hide_password
 __all__ = ["StudyReport", "format_duration"]
 
 
+def _duration(trial: Any) -> float | None:
+    """A trial's seconds from start to end; None while it runs, or when its worker vanished (Optuna dates that
+    end to the resume that found it, so the downtime would count)."""
+    if trial.datetime_complete and trial.datetime_start and not worker_vanished(trial):
+        return (trial.datetime_complete - trial.datetime_start).total_seconds()
+    return None
+
+
 def format_duration(seconds: float) -> str:
     seconds = max(0, int(round(seconds)))
     h, rem = divmod(seconds, 3600)
@@ -101,8 +109,7 @@ class StudyReport:
             fixed = enqueued_params(t)  # a waiting trial's values, before it runs
             for key in self.space.keys:
                 row[key] = t.params.get(key, fixed.get(key, ""))
-            ended = t.datetime_complete and t.datetime_start and not worker_vanished(t)
-            duration = (t.datetime_complete - t.datetime_start).total_seconds() if ended else None
+            duration = _duration(t)
             row.update(
                 {
                     "final": t.user_attrs.get("final", ""),
@@ -164,11 +171,7 @@ class StudyReport:
         best = self.best()
         best_text = f"best {best.value:.3f} (trial {best.number})" if best is not None else "no best yet"
         elapsed = time.time() - self.started
-        durations = [
-            (t.datetime_complete - t.datetime_start).total_seconds()
-            for t in self._trials()
-            if t.datetime_complete and t.datetime_start and trial_status(t) in ("finished", "pruned", "failed")
-        ]
+        durations = [d for t in self._trials() if trial_status(t) in ("finished", "pruned", "failed") and (d := _duration(t)) is not None]
         remaining = self.remaining() + c["running"]
         eta = ""
         if durations and remaining:
