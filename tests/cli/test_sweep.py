@@ -119,14 +119,16 @@ def test_an_interrupted_sweep_resumes_and_runs_the_interrupted_trial_again(cache
 
     sweep_dir = tmp_path / "sweep"
     cmd = [sys.executable, "-m", "agentcollapse.cli.main", "sweep", "--name", "smoke", "--dir", str(sweep_dir)]
-    cmd += [*TINY_MODEL, f"cache_dir={cache_dir}", "trainer.num_threads=1", "trainer.max_steps=6", "trainer.val_every=3"]
+    # 12 iterations: trial 0 trains for seconds after its first checkpoint, time for the signal to land in it
+    cmd += [*TINY_MODEL, f"cache_dir={cache_dir}", "trainer.num_threads=1", "trainer.max_steps=12", "trainer.val_every=6"]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     deadline = time.time() + 300
     while not (sweep_dir / "0" / "checkpoints" / "last.ckpt").exists() and time.time() < deadline and proc.poll() is None:
-        time.sleep(0.2)  # trial 0 is training, and has written its first checkpoint
+        time.sleep(0.05)  # trial 0 is training, and has written its first checkpoint
+    running = proc.poll() is None
     proc.send_signal(signal.SIGINT)  # what Ctrl+C does: `agentcollapse sweep` passes it on to its worker
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+    assert proc.returncode == 128 + signal.SIGINT, f"still running when signalled: {running}\n{err[-3000:]}"
     assert [(r["trial"], r["status"]) for r in trials(sweep_dir)] == [("0", "interrupted"), ("1", "waiting")]
     assert json.loads((sweep_dir / "0" / "summary.json").read_text())["status"] == "interrupted"
     assert "resume with the same command" in err
@@ -148,5 +150,5 @@ def test_an_interrupted_sweep_resumes_and_runs_the_interrupted_trial_again(cache
     assert f"trial 2 starts: algorithm.kl_coef={rows[0]['algorithm.kl_coef']}, continuing" in again.stderr
     assert Path(rows[2]["run_dir"]) == sweep_dir / "0" and not (sweep_dir / "2").exists()
     steps = pd.read_csv(sweep_dir / "0" / "metrics.csv")["step"].tolist()
-    assert steps == sorted(set(steps)) and steps[-1] == 6, steps  # no iteration twice, none missing at the end
+    assert steps == sorted(set(steps)) and steps[-1] == 12, steps  # no iteration twice, none missing at the end
     assert json.loads((sweep_dir / "0" / "summary.json").read_text())["status"] == "finished"

@@ -210,3 +210,36 @@ def test_a_signal_during_the_run_records_interrupted(make_cfg, monkeypatch):
     s = summary(Path(cfg.run_dir))
     assert s["status"] == "interrupted"
     assert "interrupted by SIGTERM" in s["reason"] and "no checkpoint was written yet" in s["reason"]
+
+
+def test_a_signal_whose_exception_is_swallowed_still_stops_the_run_at_the_iteration_end(make_cfg, monkeypatch):
+    """Raised inside a finalizer (``__del__``, a weakref callback) an exception is swallowed: the signal
+    is noted too, so a Ctrl+C is never lost and the sweep it belongs to stops."""
+    import lightning as L
+    from agentcollapse import run
+
+    build = run.trainer.build_trainer
+    swallowed = []
+
+    class SwallowsASignal(L.Callback):
+        def on_train_batch_end(self, trainer, pl_module, *args):
+            if pl_module.iteration == 2:
+                try:
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(5)  # the handler raises before this returns
+                except BaseException as exc:  # what a finalizer does with it
+                    swallowed.append(exc)
+
+    def with_the_callback(*args, **kwargs):
+        module, trainer = build(*args, **kwargs)
+        trainer.callbacks.append(SwallowsASignal())
+        return module, trainer
+
+    monkeypatch.setattr(run.trainer, "build_trainer", with_the_callback)
+    cfg = make_cfg("trainer.num_threads=1", "trainer.max_steps=6", "trainer.val_every=0", "trainer.checkpoint_every=1")
+    with pytest.raises(run.Interrupted) as info:
+        run.train(cfg)
+    assert [type(exc) for exc in swallowed] == [run.Interrupted] and info.value.signum == signal.SIGINT
+    s = summary(Path(cfg.run_dir))
+    assert s["status"] == "interrupted" and s["iteration"] == 3, s  # the iteration after the signal was its last
+    assert "interrupted by SIGINT after 3 iteration(s)" in s["reason"] and "resume from iteration 3" in s["reason"], s["reason"]

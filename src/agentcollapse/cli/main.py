@@ -65,6 +65,9 @@ def main(argv: list[str] | None = None) -> None:
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:  # Ctrl+C outside a run or a sweep's loop (each records itself and exits 130)
+        print("interrupted by SIGINT", file=sys.stderr)
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ class AgentRLModule(L.LightningModule):
         self.nonfinite_steps = 0  # consecutive iterations whose loss was NaN/inf
         self.nonfinite_total = 0
         self.stop_reason = ""
-        self.pending_signal = 0  # several ranks: a SIGTERM/SIGINT the ranks stop on together (StopTogether)
+        self.pending_signal = 0  # a SIGTERM/SIGINT to stop on at the end of this iteration (StopTogether; run.lifecycle)
         self.recorder: Any = None  # a RunRecorder, set by the run-record callback
         self.last_metrics: dict[str, float] = {}  # the latest iteration's metrics (progress lines read them)
         self.engine: VLLMEngine | None = None  # rollout.engine=vllm, started at fit start
@@ -268,7 +268,7 @@ class AgentRLModule(L.LightningModule):
         self.log_metrics(step, metrics)
         self.last_metrics = metrics
         self.log("success", metrics["rollout/success_rate"], prog_bar=True, logger=False)
-        if step >= self.cfg.trainer.max_steps:
+        if step >= self.cfg.trainer.max_steps or self.pending_signal:
             self.trainer.should_stop = True
         # Lightning does not agree on should_stop across ranks: one rank leaving the loop alone
         # would leave the others waiting in the next collective.

@@ -36,8 +36,11 @@ __all__ = ["Interrupted", "preflight", "train"]
 log = logging.getLogger("agentcollapse")
 
 
-class Interrupted(Exception):
-    """SIGTERM/SIGINT during a run: recorded as ``interrupted``, resumable from the last checkpoint."""
+class Interrupted(BaseException):
+    """SIGTERM/SIGINT during a run: recorded as ``interrupted``, resumable from the last checkpoint.
+
+    A BaseException, as KeyboardInterrupt is: raised from the signal handler wherever the main thread
+    is, it must pass through library code's ``except Exception`` (a logging handler's, for one)."""
 
     def __init__(self, signum: int = signal.SIGTERM) -> None:
         self.signum = int(signum)
@@ -99,19 +102,27 @@ def train(cfg_in: DictConfig | RunConfig) -> dict[str, Any]:
     recorder.write_config(to_yaml(cfg))
     recorder.write_summary("running")
     previous = {}
-    if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
-        previous = {sig: signal.signal(sig, _raise_interrupted) for sig in (signal.SIGTERM, signal.SIGINT)}
     module = None
+
+    def raise_interrupted(signum: int, frame: Any) -> None:
+        # Noted on the module too: raised inside a finalizer (``__del__``, a weakref callback) the
+        # exception is swallowed, and the run must still stop, at the end of this iteration.
+        if module is not None:
+            module.pending_signal = signum
+        raise Interrupted(signum)
+
+    if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
+        previous = {sig: signal.signal(sig, raise_interrupted) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         module, trainer = run_trainer.build_trainer(cfg, recorder, run_dir)
         trainer.fit(module, train_dataloaders=run_trainer.iterations(cfg.trainer.max_steps), ckpt_path=str(ckpt) if ckpt else None)
-        if module.pending_signal:  # several ranks stopped together at the end of an iteration (StopTogether)
+        if module.pending_signal:  # stopped at the end of an iteration: several ranks together (StopTogether), or a swallowed raise
             raise Interrupted(module.pending_signal)
         reason = module.stop_reason or f"reached trainer.max_steps={cfg.trainer.max_steps}"
         recorder.write_summary("finished", reason=reason, iteration=module.iteration)
     except (KeyboardInterrupt, Interrupted, SIGTERMException) as exc:
         if previous:
-            _ignore_interrupts()  # a second Ctrl+C must not cut the record short (restored in finally)
+            ignore_interrupts()  # restored in finally
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
         iteration = module.iteration if module is not None else 0
         recorder.write_summary("interrupted", reason=_interrupted_reason(signum, iteration, run_dir), iteration=iteration)
@@ -134,13 +145,12 @@ def train(cfg_in: DictConfig | RunConfig) -> dict[str, Any]:
     return read_summary(run_dir) or {}
 
 
-def _raise_interrupted(signum: int, frame: Any) -> None:
-    raise Interrupted(signum)
-
-
-def _ignore_interrupts() -> None:
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, signal.SIG_IGN)
+def ignore_interrupts() -> None:
+    """SIGTERM/SIGINT ignored while an interruption is being recorded: a second Ctrl+C must not cut the
+    record short (the caller restores its handlers afterwards)."""
+    if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _interrupted_reason(signum: int, iteration: int, run_dir: Path) -> str:

@@ -9,13 +9,18 @@ sits beside them as under Hydra's basic sweeper.
 from __future__ import annotations
 
 import logging
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
 from agentcollapse.errors import UserError
+from agentcollapse.run.lifecycle import ignore_interrupts
 from agentcollapse.sweep.outcome import Outcome
 from agentcollapse.sweep.settings import SweepSettings
 from agentcollapse.sweep.space import SearchSpace, parse_space
@@ -79,6 +84,26 @@ def _trial_overrides(study: SweepStudy, space: SearchSpace, trial: Any, params: 
     return out
 
 
+@contextmanager
+def _signals_stop_the_sweep() -> Iterator[None]:
+    """SIGINT/SIGTERM in the sweep's own code (between trials) stop it as they stop a trial: a SystemExit
+    the loop records, where Python's defaults would leave a traceback (SIGINT) or no record at all
+    (SIGTERM). A trial's run installs its own handlers and restores these."""
+    if threading.current_thread() is not threading.main_thread():  # signal handlers live in the main thread only
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def _outcome(study: SweepStudy, trial: Any, result: Any) -> Outcome:
     run_dir = study.run_dir(trial)
     hydra_cfg = getattr(result, "hydra_cfg", None)
@@ -115,36 +140,46 @@ def run_sweep(
     study.report.write_csv()
     _say(study.report.start_line())
     returns: list[Any] = []
-    while True:
-        batch = study.ask_batch(settings.batch_size)
-        if not batch:
-            break
-        overrides = [_trial_overrides(study, space, trial, params) for trial, params in batch]
-        for trial, params in batch:
-            axes = " ".join(f"{k}={v}" for k, v in params.items()) or "(no axes)"
-            again = f", continuing {study.run_dir(trial)} from its last checkpoint" if study.run_subdir(trial) != str(trial.number) else ""
-            _say(f"[sweep {study.worker}] trial {trial.number} starts: {axes}{again}")
-        try:
-            with study.heartbeat([trial for trial, _ in batch]):
-                results = launcher.launch(overrides, initial_job_idx=batch[0][0].number)
-        except BaseException as exc:  # Ctrl+C / SIGTERM in the trial (SystemExit), or the launcher broke
-            interrupted = isinstance(exc, (KeyboardInterrupt, SystemExit))
-            for trial, _ in batch:
-                outcome = Outcome.from_run(study.run_dir(trial), settings, error=f"{type(exc).__name__}: {exc}")
-                if interrupted and outcome.status in ("failed", "interrupted"):
-                    outcome.status = "interrupted"  # runs again when the sweep resumes
-                study.tell(trial, outcome)
-                _say(study.report.progress_line(trial, outcome))
-            study.report.write_csv()
-            if interrupted:
-                _say(f"[sweep {study.worker}] interrupted; resume with the same command and hydra.sweep.dir={sweep_dir}")
-            raise
-        for (trial, _), result in zip(batch, results):
-            outcome = _outcome(study, trial, result)
-            study.tell(trial, outcome)
-            _say(study.report.progress_line(trial, outcome))
-        study.report.write_csv()
-        returns.append(results)
+    with _signals_stop_the_sweep():
+        while True:
+            batch = study.ask_batch(settings.batch_size)
+            if not batch:
+                break
+            told: set[int] = set()
+            try:
+                overrides = [_trial_overrides(study, space, trial, params) for trial, params in batch]
+                for trial, params in batch:
+                    axes = " ".join(f"{k}={v}" for k, v in params.items()) or "(no axes)"
+                    again = (
+                        f", continuing {study.run_dir(trial)} from its last checkpoint"
+                        if study.run_subdir(trial) != str(trial.number)
+                        else ""
+                    )
+                    _say(f"[sweep {study.worker}] trial {trial.number} starts: {axes}{again}")
+                with study.heartbeat([trial for trial, _ in batch]):
+                    results = launcher.launch(overrides, initial_job_idx=batch[0][0].number)
+                for (trial, _), result in zip(batch, results):
+                    outcome = _outcome(study, trial, result)
+                    study.tell(trial, outcome)
+                    told.add(trial.number)
+                    _say(study.report.progress_line(trial, outcome))
+                study.report.write_csv()
+            except BaseException as exc:  # Ctrl+C / SIGTERM in a trial or between them (SystemExit), or the launcher broke
+                interrupted = isinstance(exc, (KeyboardInterrupt, SystemExit))
+                ignore_interrupts()  # restored on the way out (_signals_stop_the_sweep)
+                for trial, _ in batch:
+                    if trial.number in told:
+                        continue
+                    outcome = Outcome.from_run(study.run_dir(trial), settings, error=f"{type(exc).__name__}: {exc}")
+                    if interrupted and outcome.status in ("failed", "interrupted"):
+                        outcome.status = "interrupted"  # runs again when the sweep resumes
+                    study.tell(trial, outcome)
+                    _say(study.report.progress_line(trial, outcome))
+                study.report.write_csv()
+                if interrupted:
+                    _say(f"[sweep {study.worker}] interrupted; resume with the same command and hydra.sweep.dir={sweep_dir}")
+                raise
+            returns.append(results)
     study.report.write_csv()
     _say(study.report.end_line())
     counts = study.report.counts()

@@ -200,4 +200,5 @@ def run_workers(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    return max(codes, key=lambda c: (c != 0, abs(c)))
+    code = max(codes, key=lambda c: (c != 0, abs(c)))
+    return 128 - code if code < 0 else code  # a worker a signal ended: the shell's 128 + N, not 256 - N
