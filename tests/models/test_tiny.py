@@ -47,6 +47,18 @@ def test_a_real_data_set_changes_the_cache_key_and_none_keeps_it(make_cfg):
     assert cache_key(cfg.model, cfg.env) == key
 
 
+def test_how_an_env_runs_keeps_the_cache_key_and_what_it_poses_changes_it(tmp_path):
+    from agentcollapse.config.compose import compose as compose_config
+    from agentcollapse.models.warm_start import warm_start_key
+
+    def keys(*overrides):
+        cfg = compose_config(["env=deepcoder", *overrides])
+        return cache_key(cfg.model, cfg.env), warm_start_key(tmp_path, cfg.model, cfg.env)
+
+    assert keys("env.kwargs.workers=8") == keys()  # programs graded at once: the same episodes
+    assert keys("env.kwargs.difficulty=2") != keys()
+
+
 def test_single_turn_envs_bring_their_warm_start_and_overrides_still_win():
     from agentcollapse.config.compose import compose as compose_config
 

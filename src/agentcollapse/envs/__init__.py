@@ -42,6 +42,14 @@ def from_config(cfg: EnvConfig) -> TextEnv:
     return make(cfg.name, **kwargs)
 
 
+def episode_kwargs(cfg: EnvConfig) -> dict[str, Any]:
+    """``env.kwargs`` less the env's ``runtime_kwargs``: what shapes its episodes, so what a cache key of
+    something built from them (a warm start) holds."""
+    _load_builtin()
+    runtime = ENVS.get(cfg.name).runtime_kwargs if cfg.name in ENVS else frozenset()  # type: ignore[attr-defined]
+    return {k: v for k, v in dict(cfg.kwargs).items() if k not in runtime}
+
+
 def _load_builtin() -> None:
     # Imported lazily so a missing optional env never breaks the others.
     import importlib
@@ -54,4 +62,4 @@ def _load_builtin() -> None:
                 raise
 
 
-__all__ = ["ENVS", "TextEnv", "available", "from_config", "make", "register"]
+__all__ = ["ENVS", "TextEnv", "available", "episode_kwargs", "from_config", "make", "register"]

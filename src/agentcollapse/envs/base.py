@@ -20,6 +20,8 @@ from agentcollapse.envs.parsing import split_actions
 
 class TextEnv(ABC):
     name: ClassVar[str]
+    # constructor arguments that change how episodes run, not what they are (a cached warm start ignores them)
+    runtime_kwargs: ClassVar[frozenset[str]] = frozenset()
     max_turns: int = 5
     max_actions_per_turn: int = 2
     max_actions: int = 10

@@ -154,6 +154,7 @@ _D = DeepCoderKwargs()  # the constructor's defaults: their one source (conf/env
 class DeepCoderEnv(SingleAnswerEnv):
     name = "deepcoder"
     max_actions_per_turn = 1
+    runtime_kwargs: ClassVar[frozenset[str]] = frozenset({"workers"})  # programs graded at once: the same grades, sooner
     templates: ClassVar[tuple[str, ...]] = (
         "I should read the problem carefully and write a correct program .",
         "Let me think about the input and write the code .",

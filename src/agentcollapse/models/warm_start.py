@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from transformers import AutoModelForCausalLM
 
+from agentcollapse import envs
 from agentcollapse.models.cache import cached_build
 from agentcollapse.models.hf import pad_token_id, quiet_loading
 from agentcollapse.models.lora import add_lora
@@ -63,7 +64,7 @@ def warm_start_key(base_dir: Path, model_cfg: ModelConfig, env_cfg: EnvConfig) -
     spec = {
         "version": BUILD_VERSION,
         "base": _base_fingerprint(base_dir),
-        "env": {"name": env_cfg.name, "kwargs": dict(env_cfg.kwargs)},
+        "env": {"name": env_cfg.name, "kwargs": envs.episode_kwargs(env_cfg)},
         "warm_start": {k: v for k, v in ws.items() if v is not None},
         "lora": [lora.r, lora.alpha, sorted(lora.target_modules)],
     }
