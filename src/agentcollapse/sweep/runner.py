@@ -142,11 +142,12 @@ def run_sweep(
     returns: list[Any] = []
     with _signals_stop_the_sweep():
         while True:
-            batch = study.ask_batch(settings.batch_size)
-            if not batch:
-                break
+            batch: list[tuple[Any, dict[str, str]]] = []
             told: set[int] = set()
             try:
+                batch = study.ask_batch(settings.batch_size)
+                if not batch:
+                    break
                 overrides = [_trial_overrides(study, space, trial, params) for trial, params in batch]
                 for trial, params in batch:
                     axes = " ".join(f"{k}={v}" for k, v in params.items()) or "(no axes)"
