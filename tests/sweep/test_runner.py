@@ -9,13 +9,14 @@ import time
 
 import pytest
 
-from agentcollapse.sweep.runner import _signals_stop_the_sweep
+from agentcollapse.run.interrupts import INTERRUPTS, handling_interrupts
+from agentcollapse.sweep.runner import _stop_the_sweep
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", INTERRUPTS)
 def test_a_signal_between_trials_is_a_system_exit_and_the_handlers_come_back(signum):
-    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    with pytest.raises(SystemExit) as info, _signals_stop_the_sweep():
+    before = {sig: signal.getsignal(sig) for sig in INTERRUPTS}
+    with pytest.raises(SystemExit) as info, handling_interrupts(_stop_the_sweep):
         os.kill(os.getpid(), signum)
         time.sleep(5)  # the handler raises before this returns
     assert info.value.code == 128 + signum

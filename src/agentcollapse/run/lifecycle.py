@@ -15,8 +15,9 @@ import logging
 import os
 import signal
 import sys
-import threading
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from agentcollapse.records import RunRecorder, read_summary
 from agentcollapse.run import trainer as run_trainer
 from agentcollapse.run.checks import load_run_config
 from agentcollapse.run.directory import check_writable_dir, checkpoint_iteration, last_checkpoint, prepare_run_dir
+from agentcollapse.run.interrupts import handling_interrupts, ignore_interrupts
 
 __all__ = ["Interrupted", "preflight", "train"]
 
@@ -101,7 +103,6 @@ def train(cfg_in: DictConfig | RunConfig) -> dict[str, Any]:
     recorder.writes = launched_rank() == 0
     recorder.write_config(to_yaml(cfg))
     recorder.write_summary("running")
-    previous = {}
     module = None
 
     def raise_interrupted(signum: int, frame: Any) -> None:
@@ -111,46 +112,34 @@ def train(cfg_in: DictConfig | RunConfig) -> dict[str, Any]:
             module.pending_signal = signum
         raise Interrupted(signum)
 
-    if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
-        previous = {sig: signal.signal(sig, raise_interrupted) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        module, trainer = run_trainer.build_trainer(cfg, recorder, run_dir)
-        trainer.fit(module, train_dataloaders=run_trainer.iterations(cfg.trainer.max_steps), ckpt_path=str(ckpt) if ckpt else None)
-        if module.pending_signal:  # stopped at the end of an iteration: several ranks together (StopTogether), or a swallowed raise
-            raise Interrupted(module.pending_signal)
-        reason = module.stop_reason or f"reached trainer.max_steps={cfg.trainer.max_steps}"
-        recorder.write_summary("finished", reason=reason, iteration=module.iteration)
-    except (KeyboardInterrupt, Interrupted, SIGTERMException) as exc:
-        if previous:
-            ignore_interrupts()  # restored in finally
-        signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
-        iteration = module.iteration if module is not None else 0
-        recorder.write_summary("interrupted", reason=_interrupted_reason(signum, iteration, run_dir), iteration=iteration)
-        if isinstance(exc, Interrupted):
+    # Exits in reverse order: the handlers are restored, then wandb closes (a signal there goes to the
+    # caller's handler, not to a run already recorded).
+    with _wandb_closed_after(), handling_interrupts(raise_interrupted):
+        try:
+            module, trainer = run_trainer.build_trainer(cfg, recorder, run_dir)
+            trainer.fit(module, train_dataloaders=run_trainer.iterations(cfg.trainer.max_steps), ckpt_path=str(ckpt) if ckpt else None)
+            if module.pending_signal:  # stopped at the end of an iteration: several ranks together (StopTogether), or a swallowed raise
+                raise Interrupted(module.pending_signal)
+            reason = module.stop_reason or f"reached trainer.max_steps={cfg.trainer.max_steps}"
+            recorder.write_summary("finished", reason=reason, iteration=module.iteration)
+        except (KeyboardInterrupt, Interrupted, SIGTERMException) as exc:
+            ignore_interrupts()  # until handling_interrupts restores the handlers before it
+            signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
+            iteration = module.iteration if module is not None else 0
+            recorder.write_summary("interrupted", reason=_interrupted_reason(signum, iteration, run_dir), iteration=iteration)
+            if isinstance(exc, Interrupted):
+                raise
+            raise Interrupted(signum) from exc
+        except UserError as exc:
+            recorder.write_summary("failed", reason=str(exc))
             raise
-        raise Interrupted(signum) from exc
-    except UserError as exc:
-        recorder.write_summary("failed", reason=str(exc))
-        raise
-    except Exception as exc:
-        recorder.write_summary("failed", reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=8))
-        raise
-    except BaseException as exc:  # SystemExit from a library, GeneratorExit, ...
-        recorder.write_summary("failed", reason=f"{type(exc).__name__}: {exc}")
-        raise
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        _close_wandb()
+        except Exception as exc:
+            recorder.write_summary("failed", reason=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=8))
+            raise
+        except BaseException as exc:  # SystemExit from a library, GeneratorExit, ...
+            recorder.write_summary("failed", reason=f"{type(exc).__name__}: {exc}")
+            raise
     return read_summary(run_dir) or {}
-
-
-def ignore_interrupts() -> None:
-    """SIGTERM/SIGINT ignored while an interruption is being recorded: a second Ctrl+C must not cut the
-    record short (the caller restores its handlers afterwards)."""
-    if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread only
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, signal.SIG_IGN)
 
 
 def _interrupted_reason(signum: int, iteration: int, run_dir: Path) -> str:
@@ -161,12 +150,17 @@ def _interrupted_reason(signum: int, iteration: int, run_dir: Path) -> str:
     return f"interrupted by {signal.Signals(signum).name} after {iteration} iteration(s); {resumable}"
 
 
-def _close_wandb() -> None:
-    if "wandb" in sys.modules:
-        import wandb
+@contextmanager
+def _wandb_closed_after() -> Iterator[None]:
+    """A wandb run the block started (the logger's) is finished when the block ends, however it ends."""
+    try:
+        yield
+    finally:
+        if "wandb" in sys.modules:
+            import wandb
 
-        if wandb.run is not None:
-            try:
-                wandb.finish()
-            except Exception as exc:  # the run record is already written; a dashboard hiccup must not fail it
-                log.warning("wandb.finish failed: %s", exc)
+            if wandb.run is not None:
+                try:
+                    wandb.finish()
+                except Exception as exc:  # the run record is already written; a dashboard hiccup must not fail it
+                    log.warning("wandb.finish failed: %s", exc)

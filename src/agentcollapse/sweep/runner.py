@@ -9,18 +9,14 @@ sits beside them as under Hydra's basic sweeper.
 from __future__ import annotations
 
 import logging
-import signal
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
 from agentcollapse.errors import UserError
-from agentcollapse.run.lifecycle import ignore_interrupts
+from agentcollapse.run.interrupts import handling_interrupts, ignore_interrupts
 from agentcollapse.sweep.outcome import Outcome
 from agentcollapse.sweep.settings import SweepSettings
 from agentcollapse.sweep.space import SearchSpace, parse_space
@@ -84,24 +80,11 @@ def _trial_overrides(study: SweepStudy, space: SearchSpace, trial: Any, params: 
     return out
 
 
-@contextmanager
-def _signals_stop_the_sweep() -> Iterator[None]:
+def _stop_the_sweep(signum: int, frame: Any) -> None:
     """SIGINT/SIGTERM in the sweep's own code (between trials) stop it as they stop a trial: a SystemExit
     the loop records, where Python's defaults would leave a traceback (SIGINT) or no record at all
-    (SIGTERM). A trial's run installs its own handlers and restores these."""
-    if threading.current_thread() is not threading.main_thread():  # signal handlers live in the main thread only
-        yield
-        return
-
-    def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    (SIGTERM). A trial's run installs its own handlers and restores this one."""
+    raise SystemExit(128 + signum)
 
 
 def _outcome(study: SweepStudy, trial: Any, result: Any) -> Outcome:
@@ -140,7 +123,7 @@ def run_sweep(
     study.report.write_csv()
     _say(study.report.start_line())
     returns: list[Any] = []
-    with _signals_stop_the_sweep():
+    with handling_interrupts(_stop_the_sweep):
         while True:
             batch: list[tuple[Any, dict[str, str]]] = []
             told: set[int] = set()
@@ -167,7 +150,7 @@ def run_sweep(
                 study.report.write_csv()
             except BaseException as exc:  # Ctrl+C / SIGTERM in a trial or between them (SystemExit), or the launcher broke
                 interrupted = isinstance(exc, (KeyboardInterrupt, SystemExit))
-                ignore_interrupts()  # restored on the way out (_signals_stop_the_sweep)
+                ignore_interrupts()  # restored on the way out (handling_interrupts)
                 for trial, _ in batch:
                     if trial.number in told:
                         continue

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import threading
@@ -25,6 +24,7 @@ import time
 from pathlib import Path
 
 from agentcollapse.errors import UserError
+from agentcollapse.run.interrupts import handling_interrupts
 from agentcollapse.sweep.storage import STORAGE_ENV, refuse_password
 
 __all__ = ["available_cores", "default_sweep_dir", "gpu_sharing_warning", "run_workers", "visible_gpus", "worker_command"]
@@ -176,8 +176,7 @@ def run_workers(
             if p.poll() is None:
                 p.send_signal(signum)
 
-    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with handling_interrupts(forward):
         for i in range(jobs):
             piped = jobs > 1  # one worker writes straight to our stdout/stderr (a live bar stays live)
             proc = subprocess.Popen(
@@ -197,8 +196,5 @@ def run_workers(
         codes = [p.wait() for p in procs]
         for pump in pumps:
             pump.join(timeout=5)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
     code = max(codes, key=lambda c: (c != 0, abs(c)))
     return 128 - code if code < 0 else code  # a worker a signal ended: the shell's 128 + N, not 256 - N
