@@ -87,14 +87,29 @@ def test_the_reader_applies_the_rules_to_committed_runs(tmp_path, capsys, monkey
     assert (run["arm"], run["seed"], run["last_step"], run["decline_step"]) == ("none", 100, 60, 40.0)
     for seed, (none, filt) in enumerate([(0.5, 0.6), (0.4, 0.45), (0.55, 0.7)]):
         for arm, level in (("none", none), ("rv_top_p", filt)):
-            pd.DataFrame({"step": [0, 16, 20, 24], prereg.SUCCESS_KEY: [0.6, level, level, level]}).assign(
-                **{prereg.MI_KEY: float("nan"), prereg.ENTROPY_KEY: float("nan")}
-            ).to_csv(tmp_path / f"{arm}-seed{seed}-metrics.csv", index=False)
+            pd.DataFrame(
+                {
+                    "step": [0, 16, 20, 24],
+                    prereg.SUCCESS_KEY: [0.6, level, level, level],
+                    prereg.SUCCESS_T1_KEY: [0.5, level - 0.1, level - 0.1, level - 0.2],  # mean over 16-24: level - 0.133
+                    prereg.STEP_TIME_KEY: [float("nan"), 40.0, 50.0, 60.0] if arm == "none" else [float("nan"), 30.0, 25.0, 35.0],
+                }
+            ).assign(**{prereg.MI_KEY: float("nan"), prereg.ENTROPY_KEY: float("nan")}).to_csv(
+                tmp_path / f"{arm}-seed{seed}-metrics.csv", index=False
+            )
+    run = prereg.read_run(str(tmp_path / "none-seed0-metrics.csv"), length=24)
+    assert run["final_success_t1"] == pytest.approx(0.5 - 0.4 / 3)
+    assert (run["peak_after_update"], run["median_step_time_s"]) == (0.5, 50.0)  # step 0 is the warm start, not a peak
     monkeypatch.setattr(sys, "argv", ["prereg", str(tmp_path), "--length", "24"])
     prereg.main()
     out = capsys.readouterr().out
     assert "first decline or signature step 40.0: L = 48" in out
     assert "paired (filter - none), n=3: mean +0.100" in out  # the seed-100 run is not a pair
+    # the secondary outcomes get the same test, the same +0.100 here, and are marked as not deciding
+    assert "secondary, final held-out success at T=1 (filter - none), n=3: mean +0.100" in out
+    assert "secondary, peak T=0.5 success after an update (filter - none), n=3: mean +0.100" in out
+    assert "n=3 pairs: geometric mean 0.60x, range 0.60-0.60x" in out  # median 30 s against 50 s in each pair
+    assert "collapse classes, none: neither 3" in out and "collapse classes, rv_top_p: neither 3" in out  # stage 1 not counted
     # the interim look prints the SD and the planned n, and neither the outcomes nor their mean
     monkeypatch.setattr(sys, "argv", ["prereg", str(tmp_path), "--length", "24", "--interim"])
     prereg.main()

@@ -11,7 +11,11 @@ Each rule is a plain function on one run's logged series, so the reading cannot 
   entropy up by more than 2 sigma_H), or neither. The first reading is the mean of the first two proxy steps.
 * :func:`paired_length`: L = t + 8 rounded up to a multiple of 4, within [24, 60]; 40 when nothing happened.
 * :func:`final_success`: the primary outcome, the mean of the evaluations at L-8, L-4 and L.
-* :func:`paired_test`: the paired t-test with its interval and the exact Wilcoxon signed-rank test.
+* :func:`paired_test`: the paired t-test with its interval and the exact Wilcoxon signed-rank test,
+  applied to the primary outcome and to the secondary ones (:data:`SECONDARY_OUTCOMES`: final T=1
+  success, the peak after an update), which are reported, not deciding.
+* :func:`collapse_counts` and :func:`step_time_ratio`: each arm's runs by collapse class, and the
+  filter's cut of the step time per pair.
 * :func:`pairs_for_power`: the pairs a paired t-test needs for a power at an SD of the paired difference.
 * :func:`planned_pairs`: the interim look after 4 pairs: the SD of their differences only (the mean is not
   looked at), and the n it asks for, at least 8 and at most 12.
@@ -40,9 +44,11 @@ from agentcollapse.analysis.stats import binomial_se
 __all__ = [
     "SIGMA_H",
     "SIGMA_Z",
+    "SECONDARY_OUTCOMES",
     "CollapseReading",
     "PairedResult",
     "collapse_class",
+    "collapse_counts",
     "decline_step",
     "final_success",
     "paired_length",
@@ -54,6 +60,7 @@ __all__ = [
     "planned_pairs",
     "progress",
     "spearman_reading",
+    "step_time_ratio",
 ]
 
 SIGMA_Z = 0.59
@@ -200,6 +207,8 @@ def planned_pairs(differences: Sequence[float], *, minimum: int = 8, maximum: in
 STAGE1_SEED = 100  # the long runs' seed, not among the paired ones
 FILTER_ARM, NO_FILTER_ARM = "rv_top_p", "none"
 SUCCESS_KEY = "val/success_rate"  # T=0.5, the primary outcome
+SUCCESS_T1_KEY = "val/success_rate_t1"  # T=1, a secondary outcome
+STEP_TIME_KEY = "perf/step_time_s"
 MI_KEY = "collapse_trajectory_sample/mi_zscore"
 ENTROPY_KEY = "collapse_trajectory_sample/conditional_entropy_est"
 
@@ -218,15 +227,52 @@ def arm_and_seed(filename: str) -> tuple[str, int]:
     return arm, int(seed)
 
 
-def paired_differences(runs: Sequence[dict[str, float | str]], seeds: set[int] | None = None) -> dict[int, float]:
-    """Filter minus no filter, final success, per seed whose two arms are both there (the stage-1 seed left out;
-    ``seeds``: only these)."""
+def paired_differences(
+    runs: Sequence[dict[str, float | str]], seeds: set[int] | None = None, key: str = "final_success"
+) -> dict[int, float]:
+    """Filter minus no filter of ``key`` (a :func:`read_run` field; the primary outcome by default), per seed
+    whose two arms are both there (the stage-1 seed left out; ``seeds``: only these)."""
     by_seed: dict[int, dict[str, float]] = {}
     for r in runs:
         seed = int(r["seed"])
         if seed != STAGE1_SEED and (seeds is None or seed in seeds):
-            by_seed.setdefault(seed, {})[str(r["arm"])] = float(r["final_success"])
+            by_seed.setdefault(seed, {})[str(r["arm"])] = float(r[key])
     return {k: v[FILTER_ARM] - v[NO_FILTER_ARM] for k, v in sorted(by_seed.items()) if {FILTER_ARM, NO_FILTER_ARM} <= set(v)}
+
+
+SECONDARY_OUTCOMES = {
+    "final_success_t1": "final held-out success at T=1",
+    "peak_after_update": "peak T=0.5 success after an update",
+}
+
+
+def step_time_ratio(runs: Sequence[dict[str, float | str]], seeds: set[int] | None = None) -> str:
+    """The filter's cut of the step time: per pair, the filter arm's median iteration time over the no-filter
+    arm's (the filter drops groups, so the update has fewer sequences), as the geometric mean and range."""
+    ratios = [
+        math.exp(d)
+        for d in paired_differences(
+            [{**r, "log_step_time": math.log(float(r["median_step_time_s"]))} for r in runs], seeds, "log_step_time"
+        ).values()
+        if math.isfinite(d)
+    ]
+    if not ratios:
+        return "step time (filter / none): no pair logged perf/step_time_s"
+    return (
+        f"step time (filter / none, median iteration per run), n={len(ratios)} pairs: geometric mean "
+        f"{math.exp(float(np.mean(np.log(ratios)))):.2f}x, range {min(ratios):.2f}-{max(ratios):.2f}x"
+    )
+
+
+def collapse_counts(runs: Sequence[dict[str, float | str]], seeds: set[int] | None = None) -> dict[str, dict[str, int]]:
+    """The plan's count per arm of runs classed template collapse, drift to noise or neither (paired runs only)."""
+    counts: dict[str, dict[str, int]] = {}
+    for r in runs:
+        seed = int(r["seed"])
+        if seed != STAGE1_SEED and (seeds is None or seed in seeds):
+            kinds = counts.setdefault(str(r["arm"]), {})
+            kinds[str(r["collapse"])] = kinds.get(str(r["collapse"]), 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def read_run(path: str, length: int | None = None) -> dict[str, float | str]:
@@ -238,6 +284,10 @@ def read_run(path: str, length: int | None = None) -> dict[str, float | str]:
     floor = 2 * binomial_se(float(ev[SUCCESS_KEY].mean()), float(val_episodes(path)))
     reading = collapse_class(px["step"], px[MI_KEY], px[ENTROPY_KEY], ev["step"], ev[SUCCESS_KEY], success_floor=floor)
     last = int(d["step"].max())
+    end = length or last
+    ev1 = d[d[SUCCESS_T1_KEY].notna()] if SUCCESS_T1_KEY in d else d.iloc[:0]
+    trained = ev[(ev["step"] > 0) & (ev["step"] <= end)][SUCCESS_KEY]
+    times = d[d["step"] <= end][STEP_TIME_KEY].dropna() if STEP_TIME_KEY in d else pd.Series(dtype=float)
     return {
         "arm": arm,
         "seed": seed,
@@ -248,7 +298,11 @@ def read_run(path: str, length: int | None = None) -> dict[str, float | str]:
         "mi_fall_step": reading.mi_fall_step,
         "signature_step": reading.signature_step,
         "success_onset": reading.success_onset,
-        "final_success": final_success(ev["step"], ev[SUCCESS_KEY], length or last),
+        "final_success": final_success(ev["step"], ev[SUCCESS_KEY], end),
+        # secondary outcomes (reported with the primary's test, not deciding) and the step's cost
+        "final_success_t1": final_success(ev1["step"], ev1[SUCCESS_T1_KEY], end) if len(ev1) else math.nan,
+        "peak_after_update": float(trained.max()) if len(trained) else math.nan,
+        "median_step_time_s": float(times.median()) if len(times) else math.nan,
     }
 
 
@@ -368,6 +422,15 @@ def main() -> None:
             f"t p={res.t_p:.3f}, Wilcoxon exact p={res.wilcoxon_p:.3f}, SD {res.sd:.3f} "
             f"(80% power for +0.10 needs {pairs_for_power(res.sd) if res.sd > 0 else 2} pairs): {res.reading}"
         )
+        for key, label in SECONDARY_OUTCOMES.items():
+            sec = paired_test(list(paired_differences(runs, seeds, key).values()))
+            print(
+                f"secondary, {label} (filter - none), n={sec.n}: mean {sec.mean:+.3f}, 95% CI [{sec.ci_low:+.3f}, {sec.ci_high:+.3f}], "
+                f"t p={sec.t_p:.3f}, Wilcoxon exact p={sec.wilcoxon_p:.3f} (not deciding)"
+            )
+        print(step_time_ratio(runs, seeds))
+    for arm, kinds in collapse_counts(runs, seeds).items():
+        print(f"collapse classes, {arm}: " + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())))
 
 
 def _interim(diffs: dict[int, float]) -> None:
