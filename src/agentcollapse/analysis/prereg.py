@@ -221,6 +221,11 @@ def val_episodes(metrics_path: str, default: int = 64) -> int:
     return int(OmegaConf.select(OmegaConf.load(config), "trainer.val_episodes", default=default))
 
 
+def _is_paired(seed: int, seeds: set[int] | None) -> bool:
+    """A stage-2 seed (not the long runs'), and one of ``seeds`` where they are given."""
+    return seed != STAGE1_SEED and (seeds is None or seed in seeds)
+
+
 def arm_and_seed(filename: str) -> tuple[str, int]:
     """``<arm>-seed<k>-metrics.csv`` (a committed run's file name, or its path) as (arm, k)."""
     arm, seed = Path(filename).name.removesuffix("-metrics.csv").rsplit("-seed", 1)
@@ -235,7 +240,7 @@ def paired_differences(
     by_seed: dict[int, dict[str, float]] = {}
     for r in runs:
         seed = int(r["seed"])
-        if seed != STAGE1_SEED and (seeds is None or seed in seeds):
+        if _is_paired(seed, seeds):
             by_seed.setdefault(seed, {})[str(r["arm"])] = float(r[key])
     return {k: v[FILTER_ARM] - v[NO_FILTER_ARM] for k, v in sorted(by_seed.items()) if {FILTER_ARM, NO_FILTER_ARM} <= set(v)}
 
@@ -269,7 +274,7 @@ def collapse_counts(runs: Sequence[dict[str, float | str]], seeds: set[int] | No
     counts: dict[str, dict[str, int]] = {}
     for r in runs:
         seed = int(r["seed"])
-        if seed != STAGE1_SEED and (seeds is None or seed in seeds):
+        if _is_paired(seed, seeds):
             kinds = counts.setdefault(str(r["arm"]), {})
             kinds[str(r["collapse"])] = kinds.get(str(r["collapse"]), 0) + 1
     return dict(sorted(counts.items()))
@@ -322,7 +327,7 @@ def progress(names: Sequence[str], planned: int = 8) -> str:
     stop note can say how far the experiment is without reading any outcome."""
     arms: dict[str, set[int]] = {}
     for arm, seed in map(arm_and_seed, names):
-        if seed != STAGE1_SEED:
+        if _is_paired(seed, None):
             arms.setdefault(arm, set()).add(seed)
     none, filt = sorted(arms.get(NO_FILTER_ARM, set())), sorted(arms.get(FILTER_ARM, set()))
     pairs = sorted(set(none) & set(filt))
