@@ -1,6 +1,7 @@
 import json
 import os
 import stat
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -116,3 +117,13 @@ def test_cache_path_that_is_a_file_is_a_user_error(make_cfg, tmp_path):
     blocker.write_text("x")
     with pytest.raises(UserError, match="cache directory"):
         build_tiny_policy(cfg.model, cfg.env, blocker / "sub")
+
+
+def test_processes_sharing_a_cache_check_it_at_once_without_tripping_each_other(make_cfg):
+    """The suite's xdist workers (and a sweep's) share one cache: checking that it is writable at the same
+    moment must not fail (a fixed probe-file name let one worker delete the other's probe: ENOENT)."""
+    cfg = make_cfg()
+    built = build_tiny_policy(cfg.model, cfg.env, cfg.cache_dir, progress=False)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        paths = list(pool.map(lambda _: build_tiny_policy(cfg.model, cfg.env, cfg.cache_dir, progress=False), range(400)))
+    assert set(paths) == {built}

@@ -23,7 +23,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from agentcollapse import envs
-from agentcollapse.errors import UserError
+from agentcollapse.errors import check_writable_dir
 from agentcollapse.models.cache import cached_build
 from agentcollapse.models.context import (
     assistant_message,
@@ -132,13 +132,7 @@ def build_tiny_policy(
 ) -> Path:
     """Directory holding the warm-started tiny model and its tokenizer; built once, then cached."""
     root = Path(cache_dir).expanduser()
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        probe = root / ".write-test"
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as exc:
-        raise UserError(f"cache directory {root} is not writable ({exc.strerror}); set cache_dir=... or AGENTCOLLAPSE_CACHE") from None
+    check_writable_dir(root, "cache directory", "set cache_dir=... or AGENTCOLLAPSE_CACHE")
     target = root / cache_key(model_cfg, env_cfg)
     return cached_build(target, lambda tmp: _build(tmp, target, model_cfg, env_cfg, progress), marker="meta.json", force=force)
 

@@ -4,25 +4,15 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
-from agentcollapse.errors import UserError
+from agentcollapse.errors import UserError, check_writable_dir
 
-__all__ = ["check_writable_dir", "checkpoint_iteration", "export_full_checkpoint", "last_checkpoint", "prepare_run_dir"]
+__all__ = ["checkpoint_iteration", "export_full_checkpoint", "last_checkpoint", "prepare_run_dir"]
 
 
 def last_checkpoint(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints" / "last.ckpt"
-
-
-def check_writable_dir(path: Path, what: str, fix: str) -> None:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=path):
-            pass
-    except OSError as exc:
-        raise UserError(f"{what} {path} is not writable ({exc.strerror or type(exc).__name__}); {fix}") from None
 
 
 def checkpoint_iteration(ckpt: Path) -> int:

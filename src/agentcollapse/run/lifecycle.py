@@ -25,12 +25,12 @@ from omegaconf import DictConfig
 
 from agentcollapse.config import RunConfig
 from agentcollapse.config.compose import to_yaml
-from agentcollapse.errors import UserError
+from agentcollapse.errors import UserError, check_writable_dir
 from agentcollapse.models.policy import check_causal_lm_dir
 from agentcollapse.records import RunRecorder, read_summary
 from agentcollapse.run import trainer as run_trainer
 from agentcollapse.run.checks import load_run_config
-from agentcollapse.run.directory import check_writable_dir, checkpoint_iteration, last_checkpoint, prepare_run_dir
+from agentcollapse.run.directory import checkpoint_iteration, last_checkpoint, prepare_run_dir
 from agentcollapse.run.interrupts import handling_interrupts, ignore_interrupts
 
 __all__ = ["Interrupted", "preflight", "train"]
