@@ -36,6 +36,6 @@ def test_doctor_flags_an_unwritable_cache_dir_and_takes_overrides(tmp_path, caps
     status = doctor([f"cache_dir={blocker / 'cache'}", "logger.wandb.mode=disabled"])
     out = capsys.readouterr().out
     assert status == 1
-    assert f"[FIX] cache dir {blocker / 'cache'} not writable" in out and "cache_dir=" in out
+    assert f"[FIX] cache dir {blocker / 'cache'} is not writable" in out and "cache_dir=" in out
     assert "[ok] wandb mode disabled" in out
     assert out.strip().endswith("some checks need attention (see FIX lines)")

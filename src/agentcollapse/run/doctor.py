@@ -5,8 +5,9 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 import shutil
-import tempfile
 from pathlib import Path
+
+from agentcollapse.errors import UserError, check_writable_dir
 
 REQUIRED = ("torch", "lightning", "transformers", "peft", "hydra-core", "optuna", "wandb", "pandas", "gymnasium")
 
@@ -38,12 +39,10 @@ def doctor(overrides: list[str] | None = None) -> int:
         cfg = compose_run([])
     cache = Path(cfg.cache_dir).expanduser()
     try:
-        cache.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=cache):
-            pass
+        check_writable_dir(cache, "cache dir", "set AGENTCOLLAPSE_CACHE or cache_dir=...")
         results.append(_check(True, f"cache dir {cache} writable"))
-    except OSError as exc:
-        results.append(_check(False, f"cache dir {cache} not writable ({exc.strerror})", "set AGENTCOLLAPSE_CACHE or cache_dir=..."))
+    except UserError as exc:  # its message says what to fix
+        results.append(_check(False, str(exc)))
     free_gb = shutil.disk_usage(cache if cache.exists() else Path.cwd()).free / 2**30
     results.append(_check(free_gb > 2, f"free disk {free_gb:.1f} GiB at the cache", "free some space (runs and caches need ~1 GiB)"))
     # A run sets WANDB_MODE from logger.wandb.mode (cli/train.py), so the config decides, not the environment.
