@@ -21,7 +21,7 @@ def test_doctor_passes_and_names_the_cache_dir_and_wandb_mode(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "Traceback" not in out
-    assert f"[ok] cache dir {cache} writable" in proc.stdout
+    assert f"[ok] cache directory {cache} writable" in proc.stdout
     assert "[ok] wandb mode offline" in proc.stdout
     for check in ("torch", "lightning", "free disk", "tiny model buildable", "accelerator"):
         assert check in proc.stdout, check
@@ -36,6 +36,6 @@ def test_doctor_flags_an_unwritable_cache_dir_and_takes_overrides(tmp_path, caps
     status = doctor([f"cache_dir={blocker / 'cache'}", "logger.wandb.mode=disabled"])
     out = capsys.readouterr().out
     assert status == 1
-    assert f"[FIX] cache dir {blocker / 'cache'} is not writable" in out and "cache_dir=" in out
+    assert f"[FIX] cache directory {blocker / 'cache'} is not writable" in out and "cache_dir=" in out
     assert "[ok] wandb mode disabled" in out
     assert out.strip().endswith("some checks need attention (see FIX lines)")

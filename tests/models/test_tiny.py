@@ -119,7 +119,7 @@ def test_cache_path_that_is_a_file_is_a_user_error(make_cfg, tmp_path):
         build_tiny_policy(cfg.model, cfg.env, blocker / "sub")
 
 
-def test_processes_sharing_a_cache_check_it_at_once_without_tripping_each_other(make_cfg):
+def test_checks_of_one_shared_cache_at_the_same_moment_do_not_trip_each_other(make_cfg):
     """The suite's xdist workers (and a sweep's) share one cache: checking that it is writable at the same
     moment must not fail (a fixed probe-file name let one worker delete the other's probe: ENOENT)."""
     cfg = make_cfg()

@@ -17,7 +17,17 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["build_lock", "cached_build"]
+from agentcollapse.errors import check_writable_dir
+
+__all__ = ["build_lock", "cached_build", "checked_cache_dir"]
+
+
+def checked_cache_dir(cache_dir: str | os.PathLike) -> Path:
+    """The cache root ``cache_dir`` (``~`` expanded), created if missing; a UserError saying how to choose
+    another when it is not writable."""
+    root = Path(cache_dir).expanduser()
+    check_writable_dir(root, "cache directory", "set cache_dir=<a writable dir> or AGENTCOLLAPSE_CACHE")
+    return root
 
 
 @contextmanager

@@ -23,8 +23,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from agentcollapse import envs
-from agentcollapse.errors import check_writable_dir
-from agentcollapse.models.cache import cached_build
+from agentcollapse.models.cache import cached_build, checked_cache_dir
 from agentcollapse.models.context import (
     assistant_message,
     encode,
@@ -131,9 +130,7 @@ def build_tiny_policy(
     model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.PathLike, force: bool = False, progress: bool = True
 ) -> Path:
     """Directory holding the warm-started tiny model and its tokenizer; built once, then cached."""
-    root = Path(cache_dir).expanduser()
-    check_writable_dir(root, "cache directory", "set cache_dir=... or AGENTCOLLAPSE_CACHE")
-    target = root / cache_key(model_cfg, env_cfg)
+    target = checked_cache_dir(cache_dir) / cache_key(model_cfg, env_cfg)
     return cached_build(target, lambda tmp: _build(tmp, target, model_cfg, env_cfg, progress), marker="meta.json", force=force)
 
 

@@ -7,7 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
-from agentcollapse.errors import UserError, check_writable_dir
+from agentcollapse.errors import UserError
+from agentcollapse.models.cache import checked_cache_dir
 
 REQUIRED = ("torch", "lightning", "transformers", "peft", "hydra-core", "optuna", "wandb", "pandas", "gymnasium")
 
@@ -39,8 +40,8 @@ def doctor(overrides: list[str] | None = None) -> int:
         cfg = compose_run([])
     cache = Path(cfg.cache_dir).expanduser()
     try:
-        check_writable_dir(cache, "cache dir", "set AGENTCOLLAPSE_CACHE or cache_dir=...")
-        results.append(_check(True, f"cache dir {cache} writable"))
+        checked_cache_dir(cache)
+        results.append(_check(True, f"cache directory {cache} writable"))
     except UserError as exc:  # its message says what to fix
         results.append(_check(False, str(exc)))
     free_gb = shutil.disk_usage(cache if cache.exists() else Path.cwd()).free / 2**30

@@ -25,7 +25,8 @@ from omegaconf import DictConfig
 
 from agentcollapse.config import RunConfig
 from agentcollapse.config.compose import to_yaml
-from agentcollapse.errors import UserError, check_writable_dir
+from agentcollapse.errors import UserError
+from agentcollapse.models.cache import checked_cache_dir
 from agentcollapse.models.policy import check_causal_lm_dir
 from agentcollapse.records import RunRecorder, read_summary
 from agentcollapse.run import trainer as run_trainer
@@ -65,7 +66,7 @@ def preflight(cfg: RunConfig, claim_run_dir: bool = True) -> tuple[Path, Path | 
     if cfg.model.path:
         check_causal_lm_dir(cfg.model.path, cfg.model.hub_id)
     elif cfg.model.name != "hf":
-        check_writable_dir(Path(cfg.cache_dir).expanduser(), "cache directory", "set cache_dir=<a writable dir> or AGENTCOLLAPSE_CACHE")
+        checked_cache_dir(cfg.cache_dir)
     if not claim_run_dir:
         return None
     run_dir, ckpt = prepare_run_dir(cfg.run_dir, cfg.resume)
