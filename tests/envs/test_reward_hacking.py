@@ -15,7 +15,7 @@ import pytest
 
 from agentcollapse import envs
 from agentcollapse.envs.deepcoder_problems import CodeProblem, generate_problem
-from agentcollapse.envs.sandbox import outputs_match
+from agentcollapse.envs.sandbox import OK, Limits, Sandbox, outputs_match
 
 pytestmark = pytest.mark.xdist_group("sandbox")  # with test_sandbox.py, whose leftover checks see all sandboxes
 
@@ -143,3 +143,45 @@ def test_hack_programs_score_zero_and_the_right_program_one():
             + ["}", "import sys", "print(answers[sys.stdin.read()], end='')"]
         )
         assert env.step(right)[1] == 1.0
+
+
+# A program that searches its own process for strings shaped like the marker: Python's objects (gc, the
+# frames above it) and raw memory around the heap, page by page (a write of an unmapped page to a pipe
+# fails with EFAULT where reading it would crash). It prints every marker found.
+MEMORY_HUNTER = r"""
+import ctypes, gc, os, re, sys
+pat = re.compile(rb'zq-(?:input|expected)-[0-9]+-kx')
+found = set()
+def scan(data):
+    found.update(m.group(0).decode() for m in pat.finditer(data))
+own = sys.stdin.read()
+for o in gc.get_objects():
+    scan(repr(o).encode('utf-8', 'replace')[:1 << 20])
+f = sys._getframe()
+while f is not None:
+    scan(repr(f.f_locals).encode('utf-8', 'replace'))
+    f = f.f_back
+libc = ctypes.CDLL(None, use_errno=True)
+r, w = os.pipe()
+page = 1 << 12
+pages = set()
+for o in gc.get_objects()[:20000]:
+    base = id(o) & ~((1 << 20) - 1)
+    pages.update(range(base - (4 << 20), base + (4 << 20), page))
+for p in sorted(pages)[: 1 << 15]:
+    if libc.write(w, ctypes.c_void_p(p), page) == page:
+        scan(os.read(r, page))
+print(' '.join(sorted(found)))
+"""
+
+
+def test_a_program_reading_its_own_memory_finds_neither_outputs_nor_other_tests_inputs():
+    """Each test's process holds its own input and nothing else of the run: not the expected outputs
+    (they never leave the grader) and not the other tests' inputs (the harness never holds them in its
+    memory; each arrives in the test's stdin only)."""
+    sandbox = Sandbox("strict", Limits(cpu_seconds=2, wall_seconds=4))
+    inputs = [f"zq-input-{i}-kx\n" for i in range(4)]
+    runs = sandbox.run(MEMORY_HUNTER, inputs)
+    assert [r.status for r in runs] == [OK] * 4, runs
+    for i, run in enumerate(runs):
+        assert run.stdout.split() == [f"zq-input-{i}-kx"], (i, run.stdout)  # its own only: the search works, nothing leaks

@@ -14,11 +14,13 @@ Who holds what:
 - the **harness**, PID 1 of the new PID namespace: it builds a private root on a tmpfs (read-only
   binds of /usr, /lib*, /bin and the Python installation; /dev/null, /dev/zero, /dev/urandom; a small
   writable tmpfs at /work; no /proc, no /etc, no home, no repository, no data), ``chroot``s into it
-  and, for every test, forks
+  and, for every test, forks a **monitor** (a fork of a process that never held a test's input or
+  output), which moves the test's input from the request pipe into a memfd by splice(2) and forks
 - a **candidate** process: its own rlimits (CPU seconds, address space, file size, open files,
-  processes, no core dumps), ``no_new_privs``, run as a fresh unprivileged uid when the grader is
-  root (the kernel does not enforce RLIMIT_NPROC for uid 0), stdin from a memfd holding the test's
-  input, stdout/stderr to pipes the harness reads at most ``output_bytes`` from (beyond: killed).
+  processes, no core dumps), ``no_new_privs``, the syscall filter (``seccomp_filter``), run as a
+  fresh unprivileged uid when the grader is root (the kernel does not enforce RLIMIT_NPROC for uid
+  0), stdin from that memfd, stdout/stderr to pipes the monitor reads at most ``output_bytes`` from
+  (beyond: killed). /work is a new tmpfs for each test: a test finds nothing an earlier one left.
 
 The harness kills each candidate at its wall-clock limit and then every other process of the
 namespace (``kill(-1)`` as its init); when it exits the kernel kills whatever is left in the PID
@@ -28,7 +30,7 @@ from signals sent inside its namespace. The grader kills the runner's whole proc
 Layers (``Sandbox.layers``): ``rlimits``, ``session``, ``clean_env`` always; ``pid_namespace``,
 ``net_namespace``, ``mount_namespace`` (private read-only root, /work the only writable place) where
 the kernel allows them; ``unprivileged`` (candidates run as a uid that RLIMIT_NPROC binds and that
-owns nothing outside). ``mode="strict"`` (``env.kwargs.sandbox``) refuses to run without all of them; ``"best_effort"``
+owns nothing outside); ``seccomp`` (libseccomp and pyseccomp present). ``mode="strict"`` (``env.kwargs.sandbox``) refuses to run without all of them; ``"best_effort"``
 runs with what there is and says once which are missing.
 """
 
@@ -55,7 +57,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-LAYERS = ("rlimits", "session", "clean_env", "pid_namespace", "net_namespace", "mount_namespace", "unprivileged")
+LAYERS = ("rlimits", "session", "clean_env", "pid_namespace", "net_namespace", "mount_namespace", "unprivileged", "seccomp")
+_HOW_TO_GET = {"seccomp": "libseccomp2 (apt-get install libseccomp2) and pyseccomp (make venv)"}
 MODES = ("strict", "best_effort")
 STARTED: collections.deque[int] = collections.deque(maxlen=100_000)
 """Pids of the runners this process started (each is its process group; as root its candidates' uid is
@@ -119,6 +122,63 @@ def _child_source() -> str:
 _CHILD_MARKER = "# === the child's script ==="
 
 
+# The syscall filter (seccomp, issue 58 item 5): what a Python program that reads input and prints
+# has no use for and what widens the kernel's attack surface, denied with EPERM. A deny list over the
+# allow list that a default-deny filter needs, because programs may use any of the standard library (threads,
+# subprocesses, mmap, select, AF_UNIX sockets): libseccomp compiles it; no BPF is written here.
+_DENIED_SYSCALLS = (
+    # namespaces and mounts: a nested user namespace would give capabilities over new mounts and networks
+    "unshare", "setns", "mount", "umount2", "pivot_root", "chroot", "mount_setattr", "move_mount", "open_tree",
+    "fsopen", "fsconfig", "fsmount", "fspick",
+    # kernel keyrings: keys outlive the run and are shared by a uid (item 4)
+    "keyctl", "add_key", "request_key",
+    # memory outside RLIMIT_AS (item 3): SysV shared memory, message queues, semaphores; memfds
+    "shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop", "semtimedop",
+    "semctl", "ipc", "memfd_create", "memfd_secret",
+    # large or privileged kernel interfaces
+    "io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd", "perf_event_open", "bpf",
+    "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_getfd", "kcmp",
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot", "swapon",
+    "swapoff", "syslog", "acct", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex",
+    "sethostname", "setdomainname", "iopl", "ioperm", "quotactl", "quotactl_fd", "lookup_dcookie",
+    "name_to_handle_at", "open_by_handle_at", "fanotify_init", "vhangup", "uselib", "personality",
+    "mbind", "set_mempolicy", "migrate_pages", "move_pages",
+)  # fmt: skip
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET (clone's low byte is its exit signal,
+# so CLONE_NEWTIME, 0x80, exists only for unshare and clone3, both denied)
+_CLONE_NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
+_AF_UNIX = 1
+
+
+@functools.cache
+def seccomp_filter() -> bytes | None:
+    """The filter as BPF (compiled once by libseccomp through ``pyseccomp``; each candidate loads the
+    bytes with one prctl), or None where libseccomp is missing. Denied: ``_DENIED_SYSCALLS``; clone
+    with a namespace flag; clone3 (ENOSYS, so the C library falls back to clone, whose flags the
+    filter can see); sockets and socket pairs of any family but AF_UNIX (no network of any kind:
+    netlink, vsock, packet, ...)."""
+    import errno
+
+    try:
+        import pyseccomp as sc
+    except (ImportError, RuntimeError, OSError) as exc:  # the binding, or libseccomp.so.2, missing
+        log.debug("seccomp unavailable: %s", exc)
+        return None
+    filt = sc.SyscallFilter(sc.ALLOW)
+    for name in _DENIED_SYSCALLS:
+        if sc.resolve_syscall(sc.Arch.NATIVE, name) != -1:  # -1: unknown to this libseccomp or arch
+            filt.add_rule(sc.ERRNO(errno.EPERM), name)
+    for flag in _CLONE_NAMESPACE_FLAGS:  # rules for one call are OR'd: any namespace flag denies
+        filt.add_rule(sc.ERRNO(errno.EPERM), "clone", sc.Arg(0, sc.MASKED_EQ, flag, flag))
+    filt.add_rule(sc.ERRNO(errno.ENOSYS), "clone3")
+    for name in ("socket", "socketpair"):
+        filt.add_rule(sc.ERRNO(errno.EAFNOSUPPORT), name, sc.Arg(0, sc.NE, _AF_UNIX))
+    with tempfile.TemporaryFile() as f:
+        filt.export_bpf(f)
+        f.seek(0)
+        return f.read()
+
+
 def _base_python() -> str:
     """The base interpreter (not a venv's): started with -I -S it imports the standard library only."""
     return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
@@ -127,7 +187,9 @@ def _base_python() -> str:
 class Sandbox:
     """Runs programs contained; ``run`` one program on many inputs, ``run_many`` a batch in parallel."""
 
-    def __init__(self, mode: str = "strict", limits: Limits | None = None, workers: int = 2, namespaces: bool = True) -> None:
+    def __init__(
+        self, mode: str = "strict", limits: Limits | None = None, workers: int = 2, namespaces: bool = True, seccomp: bool = True
+    ) -> None:
         if mode not in MODES:
             raise ValueError(f"sandbox mode {mode!r} must be one of {', '.join(MODES)}")
         self.mode = mode
@@ -138,6 +200,7 @@ class Sandbox:
         self.workers = int(workers)
         self.python = _base_python()
         self.namespaces = bool(namespaces)  # False: never try them (what a machine without them gets; for tests)
+        self.seccomp = bool(seccomp)  # False: no syscall filter (what a machine without libseccomp gets; for tests)
         self.layers: dict[str, bool] = {}
         self._warned = False
         self._lock = threading.Lock()
@@ -162,7 +225,10 @@ class Sandbox:
             self.layers = {name: bool(layers.get(name, False)) for name in LAYERS}
             missing = self.missing()
             if missing and self.mode == "strict":
-                raise SandboxUnavailable(f"sandbox: this machine lacks {', '.join(missing)} (env.kwargs.sandbox=best_effort runs without)")
+                needs = "".join(f"; {name} needs {_HOW_TO_GET[name]}" for name in missing if name in _HOW_TO_GET)
+                raise SandboxUnavailable(
+                    f"sandbox: this machine lacks {', '.join(missing)}{needs} (env.kwargs.sandbox=best_effort runs without)"
+                )
             if missing and not self._warned:
                 self._warned = True
                 log.warning("sandbox: running without %s on this machine (env.kwargs.sandbox=strict refuses to)", ", ".join(missing))
@@ -180,14 +246,18 @@ class Sandbox:
         if not inputs:
             return []
         lim = self.limits
+        # The inputs follow the request as raw bytes: the harness moves each into its test's stdin with
+        # splice(2) just before the test, so no process of the run ever holds another test's input.
+        data = [text.encode("utf-8", "replace") for text in inputs]
         request = {
             "code": code,
-            "inputs": inputs,
+            "sizes": [len(d) for d in data],
             "call": call,
             "limits": asdict(lim),
             "strict": self.mode == "strict",
             "stop_early": bool(stop_early),
             "namespaces": self.namespaces,
+            "seccomp": seccomp_filter() if self.seccomp else None,
         }
         started = time.monotonic()
         # Every test may use its whole wall-clock budget; plus the start of the runner.
@@ -208,7 +278,8 @@ class Sandbox:
             )
             STARTED.append(proc.pid)
             try:
-                _communicate(proc, marshal.dumps(request), cap, deadline, records.feed)
+                header = marshal.dumps(request)
+                _communicate(proc, len(header).to_bytes(8, "little") + header + b"".join(data), cap, deadline, records.feed)
             finally:
                 _kill_group(proc)
         finally:
@@ -296,29 +367,42 @@ class _Records:
 
 
 def _communicate(proc: subprocess.Popen, request: bytes, cap: int, deadline: float, feed: Callable[[bytes], bool]) -> None:
-    """Send the request; pass the runner's stdout to ``feed`` until EOF, ``deadline``, ``cap`` bytes or ``feed`` says stop."""
+    """Send the request as the runner takes it (it reads the inputs test by test, so a blocking write
+    could wait on it while it waits on us to read its results); pass the runner's stdout to ``feed``
+    until EOF, ``deadline``, ``cap`` bytes or ``feed`` says stop."""
     import selectors
 
     assert proc.stdin is not None and proc.stdout is not None
-    try:
-        proc.stdin.write(request)
-        proc.stdin.close()
-    except OSError:  # the runner died at once; its (missing) output says so
-        pass
-    total = 0
-    fd = proc.stdout.fileno()
+    total, sent = 0, 0
+    fd, wfd = proc.stdout.fileno(), proc.stdin.fileno()
+    os.set_blocking(wfd, False)
+    view = memoryview(request)
     with selectors.DefaultSelector() as sel:
         sel.register(fd, selectors.EVENT_READ)
+        sel.register(wfd, selectors.EVENT_WRITE)
         while total <= cap:
             left = deadline - time.monotonic()
-            if left <= 0 or not sel.select(timeout=left):
+            events = sel.select(timeout=left) if left > 0 else []
+            if not events:
                 return
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return
-            total += len(chunk)
-            if feed(chunk[: max(0, cap - total + len(chunk))]):
-                return
+            for key, _ in events:
+                if key.fd == wfd:
+                    try:
+                        sent += os.write(wfd, view[sent : sent + 65536])
+                    except BlockingIOError:
+                        continue
+                    except OSError:  # the runner is gone (or stopped early); its output says why
+                        sent = len(view)
+                    if sent >= len(view):
+                        sel.unregister(wfd)
+                        proc.stdin.close()
+                    continue
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    return
+                total += len(chunk)
+                if feed(chunk[: max(0, cap - total + len(chunk))]):
+                    return
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -414,6 +498,7 @@ _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_NO_NEW_PRIVS = 1, 4, 38
 _PR_CAPBSET_DROP, _PR_SET_SECUREBITS, _SECBIT_NOROOT_AND_LOCKED = 24, 28, 0x3
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _MNT_DETACH = 2
 _SIGKILL, _SIGXCPU = 9, 24  # Linux's numbers (the signal module's import of enum costs more than a test)
 _SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
@@ -431,6 +516,30 @@ def _check(ret: int, what: str) -> None:
 
         err = ctypes.get_errno()
         raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _read_exactly(n: int) -> bytes:
+    parts = []
+    while n > 0:
+        chunk = os.read(0, n)
+        if not chunk:
+            raise EOFError("the request ended early")
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)
+
+
+def _take_input(size: int) -> int:
+    """A memfd holding the next ``size`` bytes of our stdin, moved by splice(2) in the kernel: the
+    input never enters this process's memory, so no later fork of it can find it there."""
+    fd = os.memfd_create("input")
+    while size > 0:
+        moved = os.splice(0, fd, size)
+        if moved <= 0:
+            raise EOFError("the inputs ended early")
+        size -= moved
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 def _write_all(data: bytes) -> None:
@@ -502,6 +611,19 @@ def _enter_root(libc: Any, root: str) -> None:
     os.chdir("/")
 
 
+def _seccomp_program(bpf: bytes | None) -> Any:
+    """A ``struct sock_fprog`` (and the instructions it points to) for prctl(PR_SET_SECCOMP)."""
+    if not bpf:
+        return None
+    import ctypes
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_char_p)]
+
+    prog = SockFprog(len(bpf) // 8, bpf)  # 8 bytes an instruction; ``bpf`` stays alive with ``limits``
+    return ctypes.byref(prog)
+
+
 def _drop_capabilities(libc: Any) -> None:
     """No capabilities, now or after an exec (the uid 0 of a user namespace keeps none)."""
     import ctypes
@@ -519,9 +641,10 @@ def _child_main(host_dir: str) -> None:
     """The runner: read the request, set up namespaces, fork the harness, wait for it."""
     libc = _libc()
     libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0)
-    request = marshal.loads(sys.stdin.buffer.read())
+    # Exactly the request, read unbuffered: the inputs behind it stay in the pipe (``_take_input``).
+    request = marshal.loads(_read_exactly(int.from_bytes(_read_exactly(8), "little")))
     strict = bool(request.get("strict"))
-    layers = {"rlimits": True, "session": os.getsid(0) == os.getpid(), "clean_env": True}
+    layers = {"rlimits": True, "session": os.getsid(0) == os.getpid(), "clean_env": True, "seccomp": request.get("seccomp") is not None}
     root = os.geteuid() == 0
     uid, gid = os.getuid(), os.getgid()
     flags = _CLONE_NEWNS | _CLONE_NEWNET | _CLONE_NEWPID | _CLONE_NEWIPC | _CLONE_NEWUTS
@@ -587,21 +710,63 @@ def _harness(
 
     if call is not None:
         import json  # noqa: F401
+    # Python handles SIGINT; the kernel delivers a signal from inside the namespace to its init only
+    # when init handles it, so the default keeps a candidate's kill(1, SIGINT) from stopping us.
+    libc.signal(2, 0)  # SIGINT, SIG_DFL
+    limits = dict(limits, seccomp=_seccomp_program(request.get("seccomp")), strict=strict)
     failed = False
-    for i, text in enumerate(request["inputs"]):
+    for i, size in enumerate(request["sizes"]):
         if failed:
             _emit_result(i, SKIPPED, 0.0, b"", b"")
             continue
         started = time.monotonic()
-        status, out, err = _run_one(libc, code, call, text, limits, run_uid)
+        # Each test in its own fork of this process, which has held no test's input or output: the
+        # candidate, forked from it, finds only its own input in memory (issue 58, item 2).
+        monitor = os.fork()
+        if monitor == 0:
+            code_ = 1
+            try:
+                status, out, err = _run_one(libc, code, call, _take_input(size), limits, run_uid)
+                _emit_result(i, status, time.monotonic() - started, out, err)
+                code_ = 0 if status == OK else 1
+            finally:
+                os._exit(code_)
+        _, wstatus = os.waitpid(monitor, 0)
         if os.getpid() == 1:  # init of our PID namespace: nothing the candidate started survives the test
             try:
                 os.kill(-1, _SIGKILL)
             except ProcessLookupError:
                 pass
             _reap()
-        _emit_result(i, status, time.monotonic() - started, out, err)
-        failed = bool(request.get("stop_early")) and status != OK
+        if not os.WIFEXITED(wstatus):  # the monitor was killed (by its candidate): no result of its own
+            _emit_result(i, ERROR, time.monotonic() - started, b"", b"the test's monitor was killed")
+        _fresh_workdir(libc, workdir, mounted, limits["work_mb"], run_uid)
+        failed = bool(request.get("stop_early")) and not (os.WIFEXITED(wstatus) and os.WEXITSTATUS(wstatus) == 0)
+
+
+def _fresh_workdir(libc: Any, workdir: str, mounted: bool, work_mb: int, run_uid: int | None) -> None:
+    """An empty working directory for the next test, so nothing a test wrote (its input) reaches the
+    next: a new tmpfs at /work, or (without a mount namespace) the old one emptied."""
+    if mounted:
+        os.chdir("/")
+        _check(libc.umount2(workdir.encode(), _MNT_DETACH), "detach /work")
+        _mount(libc, "tmpfs", workdir, "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={int(work_mb)}m,mode=1777")
+    else:
+        for entry in os.listdir(workdir):
+            try:
+                _remove_path(os.path.join(workdir, entry))
+            except OSError:  # what the candidate made undeletable for us stays (this layer is then weaker)
+                pass
+    os.chdir(workdir)
+
+
+def _remove_path(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        for entry in os.listdir(path):
+            _remove_path(os.path.join(path, entry))
+        os.rmdir(path)
+    else:
+        os.unlink(path)
 
 
 def _reap() -> None:
@@ -614,13 +779,10 @@ def _reap() -> None:
             return
 
 
-def _run_one(libc: Any, code: str, call: str | None, text: str, limits: dict[str, Any], run_uid: int | None) -> tuple[str, bytes, bytes]:
+def _run_one(libc: Any, code: str, call: str | None, stdin: int, limits: dict[str, Any], run_uid: int | None) -> tuple[str, bytes, bytes]:
     import resource
     import select
 
-    stdin = os.memfd_create("input")
-    os.write(stdin, text.encode("utf-8", "replace"))
-    os.lseek(stdin, 0, os.SEEK_SET)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     pid = os.fork()
@@ -645,12 +807,19 @@ def _run_one(libc: Any, code: str, call: str | None, text: str, limits: dict[str
             elif os.geteuid() == 0:
                 _drop_capabilities(libc)
             libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+            if limits["seccomp"] is not None:  # last: the setup above uses calls it denies
+                err = libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, limits["seccomp"], 0, 0)
+                if err != 0 and limits["strict"]:
+                    _check(err, "load the seccomp filter")
             os.environ.clear()
             os.environ.update(_CHILD_ENV)
         except BaseException as exc:  # noqa: BLE001
             os.write(2, f"sandbox setup failed: {exc}".encode())
             os._exit(97)
-        _candidate(code, call)
+        try:
+            _candidate(code, call)
+        finally:  # whatever escapes the program's own handling is its error, never the harness's code running on
+            os._exit(1)
     for fd in (stdin, out_w, err_w):
         os.close(fd)
     deadline = time.monotonic() + float(limits["wall_seconds"])
@@ -718,6 +887,19 @@ def _read_into(fd: int, buf: bytearray, cap: int | None) -> bool:
     return False
 
 
+def _report(exc: BaseException) -> None:
+    """The program's error on stderr, the last frames as a traceback prints them; without importing
+    ``traceback`` (a candidate's uid may not read the standard library: best_effort without namespaces)."""
+    lines, tb = [], exc.__traceback__.tb_next if exc.__traceback__ is not None else None  # from the program's frames on
+    while tb is not None:
+        lines.append(f'  File "{tb.tb_frame.f_code.co_filename}", line {tb.tb_lineno}, in {tb.tb_frame.f_code.co_name}\n')
+        tb = tb.tb_next
+    try:
+        sys.stderr.write("Traceback (most recent call last):\n" + "".join(lines[-3:]) + f"{type(exc).__name__}: {exc}\n")
+    except BaseException:  # noqa: BLE001 (a str() that raises: the exit status says enough)
+        pass
+
+
 def _candidate(code: str, call: str | None) -> None:
     """Run the program in this (forked, limited) process; never returns."""
     import io
@@ -742,11 +924,9 @@ def _candidate(code: str, call: str | None) -> None:
             sys.stdout.write(json.dumps(result))
     except SystemExit as exc:
         exit_code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:  # noqa: BLE001
-        import traceback
-
-        traceback.print_exc(limit=3)
+    except BaseException as exc:  # noqa: BLE001
         exit_code = 1
+        _report(exc)
     try:
         sys.stdout.flush()
         sys.stderr.flush()
