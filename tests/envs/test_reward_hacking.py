@@ -155,6 +155,7 @@ found = set()
 def scan(data):
     found.update(m.group(0).decode() for m in pat.finditer(data))
 own = sys.stdin.read()
+sys.stderr.write(own * 100)  # left in the harness's buffers, a later test would find it there
 for o in gc.get_objects():
     scan(repr(o).encode('utf-8', 'replace')[:1 << 20])
 f = sys._getframe()
@@ -178,7 +179,8 @@ print(' '.join(sorted(found)))
 def test_a_program_reading_its_own_memory_finds_neither_outputs_nor_other_tests_inputs():
     """Each test's process holds its own input and nothing else of the run: not the expected outputs
     (they never leave the grader) and not the other tests' inputs (the harness never holds them in its
-    memory; each arrives in the test's stdin only)."""
+    memory; each arrives in the test's stdin only), nor what an earlier test printed (the harness wipes
+    its output buffers)."""
     sandbox = Sandbox("strict", Limits(cpu_seconds=2, wall_seconds=4))
     inputs = [f"zq-input-{i}-kx\n" for i in range(4)]
     runs = sandbox.run(MEMORY_HUNTER, inputs)

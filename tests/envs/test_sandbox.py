@@ -362,9 +362,8 @@ def test_as_an_ordinary_user_every_layer_holds():
         assert out["uid"] == 65534 and all(out["layers"].values()), out
         assert int(out["forks"]) < 8 and out["env"] == "None" and out["write"] == "error" and not target.exists()
         assert out["escape"] == "" and out["mount"] == "-1"
-        # The harness survives SIGINT from its candidates (as the same uid): init ignores it; a killed
-        # monitor fails its own test only.
-        assert out["sigint_init"] == [["ok", "alive"]] * 2 and out["sigint_parent"] == ["error"] * 2, out
+        # The harness survives SIGINT from its candidates (as the same uid): as init it ignores it.
+        assert out["sigint_init"] == [["ok", "alive"]] * 2 and out["sigint_parent"] == ["ok"] * 2, out
     finally:
         shutil.rmtree(outside, ignore_errors=True)
 

@@ -714,39 +714,34 @@ def _harness(
     # when init handles it, so the default keeps a candidate's kill(1, SIGINT) from stopping us.
     libc.signal(2, 0)  # SIGINT, SIG_DFL
     limits = dict(limits, seccomp=_seccomp_program(request.get("seccomp")), strict=strict)
+    buffers = _Buffers(int(limits["output_bytes"]))
     failed = False
     for i, size in enumerate(request["sizes"]):
         if failed:
             _emit_result(i, SKIPPED, 0.0, b"", b"")
             continue
         started = time.monotonic()
-        # Each test in its own fork of this process, which has held no test's input or output: the
-        # candidate, forked from it, finds only its own input in memory (issue 58, item 2).
-        monitor = os.fork()
-        if monitor == 0:
-            code_ = 1
-            try:
-                status, out, err = _run_one(libc, code, call, _take_input(size), limits, run_uid)
-                _emit_result(i, status, time.monotonic() - started, out, err)
-                code_ = 0 if status == OK else 1
-            finally:
-                os._exit(code_)
-        _, wstatus = os.waitpid(monitor, 0)
+        # The input goes from the request pipe to the test's stdin in the kernel, and the outputs
+        # into buffers wiped after each test: the next candidate, a fork of this process, finds
+        # neither another test's input nor what an earlier test printed (issue 58, item 2).
+        status = _run_one(libc, code, call, _take_input(size), limits, run_uid, buffers)
         if os.getpid() == 1:  # init of our PID namespace: nothing the candidate started survives the test
             try:
                 os.kill(-1, _SIGKILL)
             except ProcessLookupError:
                 pass
             _reap()
-        if not os.WIFEXITED(wstatus):  # the monitor was killed (by its candidate): no result of its own
-            _emit_result(i, ERROR, time.monotonic() - started, b"", b"the test's monitor was killed")
+        buffers.emit(i, status, time.monotonic() - started)
         _fresh_workdir(libc, workdir, mounted, limits["work_mb"], run_uid)
-        failed = bool(request.get("stop_early")) and not (os.WIFEXITED(wstatus) and os.WEXITSTATUS(wstatus) == 0)
+        failed = bool(request.get("stop_early")) and status != OK
 
 
 def _fresh_workdir(libc: Any, workdir: str, mounted: bool, work_mb: int, run_uid: int | None) -> None:
     """An empty working directory for the next test, so nothing a test wrote (its input) reaches the
-    next: a new tmpfs at /work, or (without a mount namespace) the old one emptied."""
+    next: a new tmpfs at /work, or (without a mount namespace) the old one emptied. Most tests write
+    nothing, and a mount costs milliseconds (the kernel waits out an RCU grace period): an empty /work stays."""
+    if not os.listdir(workdir):
+        return
     if mounted:
         os.chdir("/")
         _check(libc.umount2(workdir.encode(), _MNT_DETACH), "detach /work")
@@ -779,7 +774,7 @@ def _reap() -> None:
             return
 
 
-def _run_one(libc: Any, code: str, call: str | None, stdin: int, limits: dict[str, Any], run_uid: int | None) -> tuple[str, bytes, bytes]:
+def _run_one(libc: Any, code: str, call: str | None, stdin: int, limits: dict[str, Any], run_uid: int | None, buffers: _Buffers) -> str:
     import resource
     import select
 
@@ -823,11 +818,9 @@ def _run_one(libc: Any, code: str, call: str | None, stdin: int, limits: dict[st
     for fd in (stdin, out_w, err_w):
         os.close(fd)
     deadline = time.monotonic() + float(limits["wall_seconds"])
-    cap = int(limits["output_bytes"])
-    out, err = bytearray(), bytearray()
+    cap = buffers.cap
     status = None
     wstatus = None
-    streams = {out_r: out, err_r: err}
     # The candidate's exit ends the test, even while processes it started hold the pipes open.
     exited = os.pidfd_open(pid)
     poll = select.poll()
@@ -842,20 +835,20 @@ def _run_one(libc: Any, code: str, call: str | None, stdin: int, limits: dict[st
             if fd == exited:
                 wstatus = os.waitpid(pid, 0)[1]
                 continue
-            if _read_into(fd, streams[fd], cap if fd == out_r else None):
+            if buffers.read(fd, fd == out_r):
                 poll.unregister(fd)
-            if len(out) > cap:
+            if buffers.n_out > cap:
                 status = OUTPUT_LIMIT
     if status is None:  # exited: what it wrote before is in the pipes
-        for fd, buf in streams.items():  # a bounded drain: processes it started may write on
+        for fd in (out_r, err_r):  # a bounded drain: processes it started may write on
             os.set_blocking(fd, False)
             try:
                 for _ in range(64):
-                    if len(out) > cap or _read_into(fd, buf, cap if fd == out_r else None):
+                    if buffers.n_out > cap or buffers.read(fd, fd == out_r):
                         break
             except BlockingIOError:
                 pass
-        if len(out) > cap:
+        if buffers.n_out > cap:
             status = OUTPUT_LIMIT
     if wstatus is None:
         try:
@@ -873,18 +866,60 @@ def _run_one(libc: Any, code: str, call: str | None, stdin: int, limits: dict[st
             status = OK
         else:
             status = ERROR
-    return status, bytes(out[:cap]), bytes(err[-2048:])
+    return status
 
 
-def _read_into(fd: int, buf: bytearray, cap: int | None) -> bool:
-    """Append one read to ``buf`` (stderr keeps its last 4 KiB); True at end of stream."""
-    chunk = os.read(fd, 65536)
-    if not chunk:
-        return True
-    buf += chunk
-    if cap is None and len(buf) > 65536:
-        del buf[: len(buf) - 4096]
-    return False
+class _Buffers:
+    """A test's stdout and stderr, read straight into two buffers made once (``readv``: no bytes
+    object ever holds them), sent from there and wiped after each test, so nothing a test printed
+    stays in the harness's memory for the next candidate (a fork of it) to find."""
+
+    _ERR_KEEP = 2048  # the tail of stderr reported (the traceback's last lines)
+
+    def __init__(self, cap: int) -> None:
+        import ctypes
+
+        self.cap = cap
+        self.out = bytearray(cap + 65536)
+        self.err = bytearray(1 << 16)
+        self.n_out = self.n_err = 0
+        self._addr = {id(b): ctypes.addressof((ctypes.c_char * len(b)).from_buffer(b)) for b in (self.out, self.err)}
+        self._memmove, self._memset = ctypes.memmove, ctypes.memset
+
+    def read(self, fd: int, stdout: bool) -> bool:
+        """One read from ``fd`` into its buffer; True at end of stream."""
+        if stdout:
+            n = os.readv(fd, [memoryview(self.out)[self.n_out :]]) if self.n_out < len(self.out) else 0
+            self.n_out += n
+            return n == 0
+        if self.n_err > len(self.err) - 4096:  # keep the tail: move it to the front, in place
+            keep = self._ERR_KEEP
+            base = self._addr[id(self.err)]
+            self._memmove(base, base + self.n_err - keep, keep)
+            self.n_err = keep
+        n = os.readv(fd, [memoryview(self.err)[self.n_err :]])
+        self.n_err += n
+        return n == 0
+
+    def emit(self, i: int, status: str, seconds: float) -> None:
+        """Send test i's record (``_emit_result``'s framing) from the buffers, then wipe them."""
+        n_out = min(self.n_out, self.cap)
+        err_from = max(0, self.n_err - self._ERR_KEEP)
+        parts = [
+            f"T {i} {status} {seconds:.4f} {n_out} {self.n_err - err_from}\n".encode(),
+            memoryview(self.out)[:n_out],
+            memoryview(self.err)[err_from : self.n_err],
+        ]
+        while parts:
+            sent = os.writev(1, parts)
+            while parts and sent >= len(parts[0]):
+                sent -= len(parts[0])
+                parts.pop(0)
+            if parts and sent:
+                parts[0] = parts[0][sent:]
+        for buf, used in ((self.out, self.n_out), (self.err, self.n_err)):
+            self._memset(self._addr[id(buf)], 0, min(used, len(buf)))
+        self.n_out = self.n_err = 0
 
 
 def _report(exc: BaseException) -> None:
