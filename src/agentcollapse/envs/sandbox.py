@@ -14,13 +14,13 @@ Who holds what:
 - the **harness**, PID 1 of the new PID namespace: it builds a private root on a tmpfs (read-only
   binds of /usr, /lib*, /bin and the Python installation; /dev/null, /dev/zero, /dev/urandom; a small
   writable tmpfs at /work; no /proc, no /etc, no home, no repository, no data), ``chroot``s into it
-  and, for every test, forks a **monitor** (a fork of a process that never held a test's input or
-  output), which moves the test's input from the request pipe into a memfd by splice(2) and forks
+  and, for every test, moves the test's input from the request pipe into a memfd by splice(2) (no
+  process of the run ever holds another test's input in memory) and forks
 - a **candidate** process: its own rlimits (CPU seconds, address space, file size, open files,
   processes, no core dumps), ``no_new_privs``, the syscall filter (``seccomp_filter``), run as a
   fresh unprivileged uid when the grader is root (the kernel does not enforce RLIMIT_NPROC for uid
-  0), stdin from that memfd, stdout/stderr to pipes the monitor reads at most ``output_bytes`` from
-  (beyond: killed). /work is a new tmpfs for each test: a test finds nothing an earlier one left.
+  0), stdin from that memfd, stdout/stderr to pipes the harness reads at most ``output_bytes`` from
+  (beyond: killed) into buffers it wipes after each test (``_Buffers``). /work is a new tmpfs after a test that left anything: a test finds nothing an earlier one left.
 
 The harness kills each candidate at its wall-clock limit and then every other process of the
 namespace (``kill(-1)`` as its init); when it exits the kernel kills whatever is left in the PID
