@@ -149,7 +149,7 @@ bench-proxy-smollm2: $(STAMP) ## the MI proxy on SmolLM2-135M (Countdown, P=4 x 
 	@$(call run,$(BIN)/python -m benchmarks.bench_proxy --repeats 2 --skip-naive --name proxy_smollm2 model=smollm2-135m env=countdown \
 		rollout.num_prompts=4 rollout.group_size=8 $(ARGS))
 
-bench-experiment: $(STAMP) ## the SmolLM2 experiment's iteration, evaluation included: the pilot's settings vs the pre-registered ones, side by side (~15 min)
+bench-experiment: $(STAMP) ## a SmolLM2 experiment's iteration, evaluation included, arm against arm (default: the pilot vs the pre-registered settings; --arms NAME=SWEEP@ENV,... picks others) (~15 min)
 	@$(call run,$(BIN)/python -m benchmarks.bench_experiment $(ARGS))
 
 mi-check: $(STAMP) ## Std(RV)/Mean(RV) from one rollout batch, with a one-line reading

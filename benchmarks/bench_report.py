@@ -334,7 +334,7 @@ def experiment_lines(r: dict[str, Any]) -> list[str]:
     return [
         *lines,
         "",
-        f"pre-registered / pilot: {s['ratio']:.2f}x an iteration at each one's evaluation cadence, {s['ratio_at_pilot_cadence']:.2f}x "
+        f"pre-registered / pilot: {s['ratio']:.2f}x an iteration at each one's evaluation cadence, {s['ratio_at_baseline_cadence']:.2f}x "
         f"at the pilot's; update {s['update_ratio']:.2f}x ({r['steps']} iterations a run, {r['repeats']} round(s)).",
     ]
 
