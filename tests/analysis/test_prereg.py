@@ -100,18 +100,18 @@ def test_the_reader_applies_the_rules_to_committed_runs(tmp_path, capsys, monkey
     run = prereg.read_run(str(tmp_path / "none-seed0-metrics.csv"), length=24)
     assert run["final_success_t1"] == pytest.approx(0.5 - 0.4 / 3)
     assert (run["peak_after_update"], run["median_step_time_s"]) == (0.5, 50.0)  # step 0 is the warm start, not a peak
-    monkeypatch.setattr(sys, "argv", ["prereg", str(tmp_path), "--length", "24"])
+    monkeypatch.setattr(sys, "argv", ["prereg", str(tmp_path), "--plan", "smollm2-prereg", "--length", "24"])
     prereg.main()
     out = capsys.readouterr().out
     assert "first decline or signature step 40.0: L = 48" in out
-    assert "paired (filter - none), n=3: mean +0.100" in out  # the seed-100 run is not a pair
+    assert "paired (filter - none), final_success, n=3: mean +0.100" in out  # the seed-100 run is not a pair
     # the secondary outcomes get the same test, the same +0.100 here, and are marked as not deciding
     assert "secondary, final held-out success at T=1 (filter - none), n=3: mean +0.100" in out
     assert "secondary, peak T=0.5 success after an update (filter - none), n=3: mean +0.100" in out
     assert "n=3 pairs: geometric mean 0.60x, range 0.60-0.60x" in out  # median 30 s against 50 s in each pair
     assert "collapse classes, none: neither 3" in out and "collapse classes, rv_top_p: neither 3" in out  # stage 1 not counted
     # the interim look prints the SD and the planned n, and neither the outcomes nor their mean
-    monkeypatch.setattr(sys, "argv", ["prereg", str(tmp_path), "--length", "24", "--interim"])
+    monkeypatch.setattr(sys, "argv", ["prereg", str(tmp_path), "--plan", "smollm2-prereg", "--length", "24", "--interim"])
     prereg.main()
     interim = capsys.readouterr().out
     assert "pairs of seeds [0, 1, 2] (n=3): SD of the paired difference 0.050" in interim
@@ -129,6 +129,43 @@ def test_the_interim_look_keeps_n_within_8_and_12():
     assert needed > 100 and planned == 12
     with pytest.raises(ValueError, match="at least 2 pairs"):
         planned_pairs([0.1])
+
+
+def test_the_sokoban_plan_decides_on_the_peak_and_sizes_n_at_its_planning_sd(tmp_path, capsys, monkeypatch):
+    import sys
+
+    import pandas as pd
+
+    from agentcollapse.analysis import prereg
+
+    plan = prereg.PLANS["smollm2-ppo-sokoban"]
+    assert prereg.plan_for("docs/results/smollm2-ppo-sokoban") is plan and prereg.plan_for("x", "smollm2-prereg").effect == 0.10
+    with pytest.raises(ValueError, match="no pre-registered plan is called 'elsewhere'; name one with --plan"):
+        prereg.plan_for("runs/elsewhere")
+    # section 13: 80% power for +0.16 at 4, 5, 6, 7, 9, 10 pairs for SDs 0.063 (section 10's peak), 0.08, 0.10, 0.12, 0.145, 0.16
+    assert [pairs_for_power(s, effect=0.16) for s in (0.063, 0.08, 0.10, 0.12, 0.145, 0.16)] == [4, 5, 6, 7, 9, 10]
+    # a small interim SD (0.041) is sized at the planning SD 0.10: 6 pairs, not 4; a large one stops at 10
+    assert planned_pairs([0.0, 0.05, 0.10, 0.05], minimum=6, maximum=10, effect=0.16, planning_sd=0.10)[1:] == (6, 6)
+    assert planned_pairs([0.0, 0.3, -0.1, 0.2], minimum=6, maximum=10, effect=0.16, planning_sd=0.10)[1:] == (13, 10)
+    assert pairs_for_power(1e-17, effect=0.16) == 2  # differences equal to rounding, not 200 pairs
+    # the primary is the peak after an update (+0.15, +0.20, +0.25 here), while the final success differs by 0
+    for seed, peaks in enumerate([(0.3, 0.45), (0.3, 0.5), (0.35, 0.6)]):
+        for arm, peak in zip(("none", "rv_top_p"), peaks):
+            pd.DataFrame(
+                {
+                    "step": [0, 4, 8, 12, 16],
+                    prereg.SUCCESS_KEY: [0.2, peak, 0.2, 0.2, 0.2],
+                    prereg.SUCCESS_T1_KEY: [0.1, 0.1, 0.1, 0.1, 0.1],
+                }
+            ).assign(**{prereg.MI_KEY: float("nan"), prereg.ENTROPY_KEY: float("nan")}).to_csv(
+                tmp_path / f"{arm}-seed{seed}-metrics.csv", index=False
+            )
+    monkeypatch.setattr(sys, "argv", ["prereg", str(tmp_path), "--plan", "smollm2-ppo-sokoban"])
+    prereg.main()
+    out = capsys.readouterr().out
+    assert "paired (filter - none), peak_after_update, n=3: mean +0.200" in out and "SD 0.050 (80% power for +0.16 needs 4 pairs)" in out
+    assert "secondary, final held-out success at T=0.5 (filter - none), n=3: mean +0.000" in out
+    assert "secondary, peak T=1 success after an update (filter - none), n=3: mean +0.000" in out
 
 
 def test_the_committed_runs_load_as_a_run_set_and_give_the_spearman_reading(tmp_path):

@@ -1,4 +1,8 @@
-"""The pre-registered SmolLM2 experiment's rules (docs/results.md section 10), as written before its runs.
+"""The pre-registered SmolLM2 experiments' rules (docs/results.md sections 10 and 13), as written before their runs.
+
+Each experiment is a :class:`Plan` in :data:`PLANS`, named as the folder its runs are committed in
+(``docs/results/<plan>/``): its effect size, primary outcome, pair counts and proxy noise. The rules below
+take the plan's numbers, so both experiments are read by the same code.
 
 Each rule is a plain function on one run's logged series, so the reading cannot drift from the plan:
 
@@ -18,7 +22,8 @@ Each rule is a plain function on one run's logged series, so the reading cannot 
   filter's cut of the step time per pair.
 * :func:`pairs_for_power`: the pairs a paired t-test needs for a power at an SD of the paired difference.
 * :func:`planned_pairs`: the interim look after 4 pairs: the SD of their differences only (the mean is not
-  looked at), and the n it asks for, at least 8 and at most 12.
+  looked at), and the n it asks for within the plan's range (section 10: 8-12; section 13: 6-10, sized at
+  no less than its planning SD).
 * :func:`load_committed` and :func:`spearman_reading`: the committed runs as the analysis package's run set,
   and the plan's secondary Spearman table (final MI z-score, conditional entropies and policy entropy
   against final T=0.5 success) with its can-it-speak verdict.
@@ -45,7 +50,10 @@ __all__ = [
     "SIGMA_H",
     "SIGMA_Z",
     "SECONDARY_OUTCOMES",
+    "PLANS",
+    "SECTION_10",
     "CollapseReading",
+    "Plan",
     "PairedResult",
     "collapse_class",
     "collapse_counts",
@@ -57,6 +65,7 @@ __all__ = [
     "arm_and_seed",
     "load_committed",
     "paired_differences",
+    "plan_for",
     "planned_pairs",
     "progress",
     "spearman_reading",
@@ -67,6 +76,73 @@ SIGMA_Z = 0.59
 """The trajectory MI z-score's SD over rollouts of one fixed SmolLM2 policy at P=4 x G=4 (section 9b)."""
 SIGMA_H = 0.21
 """The trajectory conditional entropy's SD over the same rollouts, in nats (section 9b)."""
+SIGMA_Z_SOKOBAN = 0.47
+"""The same on SmolLM2 warm-started on Sokoban, 8 rollouts of P=4 x G=4 (section 13, measured before its runs)."""
+SIGMA_H_SOKOBAN = 0.094
+"""The trajectory conditional entropy's SD over those rollouts, in nats (section 13)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """One pre-registered experiment's numbers, fixed before its runs (docs/results.md says why each)."""
+
+    name: str  # the folder its runs are committed in: docs/results/<name>/
+    section: str  # where docs/results.md writes it down
+    effect: float  # the paper's effect the reading is sized against ("no effect of the paper's size": CI below it)
+    primary: str  # the read_run field that decides: "final_success" or "peak_after_update"
+    secondary: dict[str, str]  # read_run field -> label: reported with the primary's test, not deciding
+    min_pairs: int  # the interim look never plans fewer
+    max_pairs: int  # nor more
+    planning_sd: float  # the interim look sizes n at no less than this SD (0: at the interim SD alone)
+    sigma_z: float  # the trajectory MI z-score's noise on this policy (collapse_class)
+    sigma_h: float  # the trajectory conditional entropy's, in nats
+
+
+_PEAK_T05 = "peak T=0.5 success after an update"
+_FINAL_T1 = "final held-out success at T=1"
+PLANS = {
+    plan.name: plan
+    for plan in (
+        Plan(
+            name="smollm2-prereg",
+            section="10",
+            effect=0.10,
+            primary="final_success",
+            secondary={"final_success_t1": _FINAL_T1, "peak_after_update": _PEAK_T05},
+            min_pairs=8,
+            max_pairs=12,
+            planning_sd=0.0,
+            sigma_z=SIGMA_Z,
+            sigma_h=SIGMA_H,
+        ),
+        Plan(
+            name="smollm2-ppo-sokoban",
+            section="13",
+            effect=0.16,  # Sokoban, PPO, Qwen2.5-3B: 12.9% -> 28.9% peak success
+            primary="peak_after_update",
+            secondary={
+                "final_success": "final held-out success at T=0.5",
+                "peak_after_update_t1": "peak T=1 success after an update",
+                "final_success_t1": _FINAL_T1,
+            },
+            min_pairs=6,
+            max_pairs=10,
+            planning_sd=0.10,
+            sigma_z=SIGMA_Z_SOKOBAN,
+            sigma_h=SIGMA_H_SOKOBAN,
+        ),
+    )
+}
+SECTION_10 = PLANS["smollm2-prereg"]
+SECONDARY_OUTCOMES = SECTION_10.secondary  # section 10's, by their old name
+
+
+def plan_for(folder: str | Path, name: str | None = None) -> Plan:
+    """The plan called ``name``, else the one named as ``folder`` (its runs' folder)."""
+    key = name or Path(folder).resolve().name
+    if key not in PLANS:
+        raise ValueError(f"no pre-registered plan is called {key!r}; name one with --plan ({', '.join(PLANS)})")
+    return PLANS[key]
 
 
 def _sorted_finite(steps: Sequence[float], values: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
@@ -180,7 +256,10 @@ def paired_test(differences: Sequence[float], *, effect: float = 0.10, level: fl
 
 def pairs_for_power(sd: float, *, effect: float = 0.10, alpha: float = 0.05, power: float = 0.80, max_n: int = 200) -> int:
     """The smallest n of pairs at which a two-sided paired t-test at ``alpha`` detects ``effect`` with
-    ``power``, for an SD of the paired difference ``sd`` (noncentral t)."""
+    ``power``, for an SD of the paired difference ``sd`` (noncentral t). Differences that agree to rounding
+    (an SD within 1e-9 of the effect's scale) need the fewest, 2."""
+    if sd <= 1e-9 * effect:
+        return 2
     for n in range(2, max_n + 1):
         crit = sps.t.ppf(1 - alpha / 2, n - 1)
         nc = effect / (sd / math.sqrt(n))
@@ -190,16 +269,21 @@ def pairs_for_power(sd: float, *, effect: float = 0.10, alpha: float = 0.05, pow
     return max_n
 
 
-def planned_pairs(differences: Sequence[float], *, minimum: int = 8, maximum: int = 12) -> tuple[float, int, int]:
+def planned_pairs(
+    differences: Sequence[float], *, minimum: int = 8, maximum: int = 12, effect: float = 0.10, planning_sd: float = 0.0
+) -> tuple[float, int, int]:
     """The pre-registered interim look: the SD of the first pairs' differences (their mean is not
-    computed), the pairs that give 80% power for +0.10 at that SD, and the planned n, that number within
-    [``minimum``, ``maximum``]. Returns (sd, pairs for power, planned n)."""
+    computed), the pairs that give 80% power for ``effect`` at that SD or at ``planning_sd``, whichever is
+    larger (an interim SD on 3 degrees of freedom can come out far too small: section 10's read 0.057, its
+    final 0.145), and the planned n, that number within [``minimum``, ``maximum``]. Returns (sd, pairs for
+    power, planned n)."""
     d = np.asarray(differences, float)
     d = d[np.isfinite(d)]
     if len(d) < 2:
         raise ValueError(f"the interim SD needs at least 2 pairs, got {len(d)}")
     sd = float(d.std(ddof=1))
-    needed = pairs_for_power(sd) if sd > 0 else 2
+    sizing = max(sd, planning_sd)
+    needed = pairs_for_power(sizing, effect=effect)
     return sd, needed, min(max(needed, minimum), maximum)
 
 
@@ -245,12 +329,6 @@ def paired_differences(
     return {k: v[FILTER_ARM] - v[NO_FILTER_ARM] for k, v in sorted(by_seed.items()) if {FILTER_ARM, NO_FILTER_ARM} <= set(v)}
 
 
-SECONDARY_OUTCOMES = {
-    "final_success_t1": "final held-out success at T=1",
-    "peak_after_update": "peak T=0.5 success after an update",
-}
-
-
 def step_time_ratio(runs: Sequence[dict[str, float | str]], seeds: set[int] | None = None) -> str:
     """The filter's cut of the step time: per pair, the filter arm's median iteration time over the no-filter
     arm's (the filter drops groups, so the update has fewer sequences), as the geometric mean and range."""
@@ -280,18 +358,28 @@ def collapse_counts(runs: Sequence[dict[str, float | str]], seeds: set[int] | No
     return dict(sorted(counts.items()))
 
 
-def read_run(path: str, length: int | None = None) -> dict[str, float | str]:
-    """One committed run (``<arm>-seed<k>-metrics.csv``) read by the rules above."""
+def read_run(path: str, length: int | None = None, plan: Plan = SECTION_10) -> dict[str, float | str]:
+    """One committed run (``<arm>-seed<k>-metrics.csv``) read by the rules above, with ``plan``'s proxy noise."""
     arm, seed = arm_and_seed(path)
     d = pd.read_csv(path)
     ev = d[d[SUCCESS_KEY].notna()]
     px = d[d[MI_KEY].notna()]
     floor = 2 * binomial_se(float(ev[SUCCESS_KEY].mean()), float(val_episodes(path)))
-    reading = collapse_class(px["step"], px[MI_KEY], px[ENTROPY_KEY], ev["step"], ev[SUCCESS_KEY], success_floor=floor)
+    reading = collapse_class(
+        px["step"],
+        px[MI_KEY],
+        px[ENTROPY_KEY],
+        ev["step"],
+        ev[SUCCESS_KEY],
+        sigma_z=plan.sigma_z,
+        sigma_h=plan.sigma_h,
+        success_floor=floor,
+    )
     last = int(d["step"].max())
     end = length or last
     ev1 = d[d[SUCCESS_T1_KEY].notna()] if SUCCESS_T1_KEY in d else d.iloc[:0]
     trained = ev[(ev["step"] > 0) & (ev["step"] <= end)][SUCCESS_KEY]
+    trained_t1 = ev1[(ev1["step"] > 0) & (ev1["step"] <= end)][SUCCESS_T1_KEY] if len(ev1) else pd.Series(dtype=float)
     times = d[d["step"] <= end][STEP_TIME_KEY].dropna() if STEP_TIME_KEY in d else pd.Series(dtype=float)
     return {
         "arm": arm,
@@ -307,6 +395,7 @@ def read_run(path: str, length: int | None = None) -> dict[str, float | str]:
         # secondary outcomes (reported with the primary's test, not deciding) and the step's cost
         "final_success_t1": final_success(ev1["step"], ev1[SUCCESS_T1_KEY], end) if len(ev1) else math.nan,
         "peak_after_update": float(trained.max()) if len(trained) else math.nan,
+        "peak_after_update_t1": float(trained_t1.max()) if len(trained_t1) else math.nan,
         "median_step_time_s": float(times.median()) if len(times) else math.nan,
     }
 
@@ -378,8 +467,11 @@ def main() -> None:
     import argparse
     import glob
 
-    ap = argparse.ArgumentParser(description="The pre-registered SmolLM2 experiment's runs read by its rules (docs/results.md section 10).")
-    ap.add_argument("folder", help="the committed runs, e.g. docs/results/smollm2-prereg")
+    ap = argparse.ArgumentParser(
+        description="A pre-registered SmolLM2 experiment's runs read by its rules (docs/results.md sections 10 and 13)."
+    )
+    ap.add_argument("folder", help="the committed runs, e.g. docs/results/smollm2-prereg (its name picks the plan)")
+    ap.add_argument("--plan", default=None, choices=sorted(PLANS), help="the plan to read them by (default: the folder's name)")
     ap.add_argument("--length", type=int, default=None, help="the paired runs' L (default: each run's last step)")
     ap.add_argument("--seeds", default=None, help="comma-separated seeds of the paired runs (default: all but the stage-1 seed 100)")
     ap.add_argument(
@@ -394,11 +486,15 @@ def main() -> None:
     ap.add_argument(
         "--status", action="store_true", help="runs done of runs planned, from the committed files' names only (no outcome is read)"
     )
-    ap.add_argument("--planned", type=int, default=8, help="the planned pairs, for --status (8; up to 12 after the interim look)")
+    ap.add_argument("--planned", type=int, default=None, help="the planned pairs, for --status (default: the plan's minimum)")
     args = ap.parse_args()
+    try:
+        plan = plan_for(args.folder, args.plan)
+    except ValueError as exc:
+        ap.error(str(exc))
     seeds = {int(s) for s in args.seeds.split(",")} if args.seeds else None
     if args.status:
-        print(progress([p.name for p in Path(args.folder).glob("*-metrics.csv")], args.planned))
+        print(progress([p.name for p in Path(args.folder).glob("*-metrics.csv")], args.planned or plan.min_pairs))
         return
     if args.spearman or args.curves:
         import tempfile
@@ -412,9 +508,9 @@ def main() -> None:
             if args.curves:
                 print(f"curves: {plot_curves(runset, args.curves, CURVE_METRICS)}")
         return
-    runs = [read_run(p, args.length) for p in sorted(glob.glob(f"{args.folder}/*-metrics.csv"))]
+    runs = [read_run(p, args.length, plan) for p in sorted(glob.glob(f"{args.folder}/*-metrics.csv"))]
     if args.interim:
-        _interim(paired_differences(runs, seeds))
+        _interim(paired_differences(runs, seeds, plan.primary), plan)
         return
     for r in runs:
         print(", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
@@ -424,16 +520,16 @@ def main() -> None:
         seen = [float(s) for s in (r["decline_step"], r["signature_step"]) if not math.isnan(float(s))]
         event = min(seen) if seen else math.nan
         print(f"stage 1: the no-filter run's first decline or signature step {event}: L = {paired_length(event)}")
-    diffs = paired_differences(runs, seeds)
+    diffs = paired_differences(runs, seeds, plan.primary)
     if diffs:
-        res = paired_test(list(diffs.values()))
+        res = paired_test(list(diffs.values()), effect=plan.effect)
         print(
-            f"paired (filter - none), n={res.n}: mean {res.mean:+.3f}, 95% CI [{res.ci_low:+.3f}, {res.ci_high:+.3f}], "
+            f"paired (filter - none), {plan.primary}, n={res.n}: mean {res.mean:+.3f}, 95% CI [{res.ci_low:+.3f}, {res.ci_high:+.3f}], "
             f"t p={res.t_p:.3f}, Wilcoxon exact p={res.wilcoxon_p:.3f}, SD {res.sd:.3f} "
-            f"(80% power for +0.10 needs {pairs_for_power(res.sd) if res.sd > 0 else 2} pairs): {res.reading}"
+            f"(80% power for +{plan.effect:.2f} needs {pairs_for_power(res.sd, effect=plan.effect)} pairs): {res.reading}"
         )
-        for key, label in SECONDARY_OUTCOMES.items():
-            sec = paired_test(list(paired_differences(runs, seeds, key).values()))
+        for key, label in plan.secondary.items():
+            sec = paired_test(list(paired_differences(runs, seeds, key).values()), effect=plan.effect)
             print(
                 f"secondary, {label} (filter - none), n={sec.n}: mean {sec.mean:+.3f}, 95% CI [{sec.ci_low:+.3f}, {sec.ci_high:+.3f}], "
                 f"t p={sec.t_p:.3f}, Wilcoxon exact p={sec.wilcoxon_p:.3f} (not deciding)"
@@ -443,16 +539,19 @@ def main() -> None:
         print(f"collapse classes, {arm}: " + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())))
 
 
-def _interim(diffs: dict[int, float]) -> None:
+def _interim(diffs: dict[int, float], plan: Plan) -> None:
     """Print the interim look blind to the outcome: which pairs are complete, their SD, the planned n."""
     complete = list(diffs)
     if len(complete) < 2:
         print(f"interim: {len(complete)} complete pair(s) (seeds {complete}); the SD needs at least 2")
         return
-    sd, needed, planned = planned_pairs(list(diffs.values()))
+    sd, needed, planned = planned_pairs(
+        list(diffs.values()), minimum=plan.min_pairs, maximum=plan.max_pairs, effect=plan.effect, planning_sd=plan.planning_sd
+    )
+    sizing = f" (sized at the larger of it and the planning SD {plan.planning_sd:.2f})" if plan.planning_sd else ""
     print(
-        f"interim, pairs of seeds {complete} (n={len(complete)}): SD of the paired difference {sd:.3f}; "
-        f"80% power for +0.10 needs {needed} pairs; planned n = {planned} (within [8, 12])"
+        f"interim, pairs of seeds {complete} (n={len(complete)}): SD of the paired difference {sd:.3f}{sizing}; "
+        f"80% power for +{plan.effect:.2f} needs {needed} pairs; planned n = {planned} (within [{plan.min_pairs}, {plan.max_pairs}])"
     )
 
 
