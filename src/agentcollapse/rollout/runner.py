@@ -75,6 +75,8 @@ def collect_rollouts(
     whose context was re-rendered at a window start is marked ``window_start``."""
     started = time.perf_counter()
     history_start(0, context, context_turns)  # an unknown mode or a window without turns: ValueError
+    if engine is not None:  # a batch decodes the same whatever the engine served before (vllm_engine's docstring)
+        engine.reset_prefix_cache()
     per_seed = _temperatures(temperature, len(env_seeds))
     trajectories, live = _start_trajectories(policy, make_env, env_seeds, group_size, per_seed, sample_seed, stream_offset)
     generated_tokens = 0

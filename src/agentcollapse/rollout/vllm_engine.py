@@ -10,7 +10,11 @@ tells when that sync fails (verl issue 7495: LoRA updates that never reached the
 
 Each request carries its own seed (``seeds.turn_sample_seed``), so the same config and seed give the same
 run. Unlike the ``hf`` path, another batch may change a token: vLLM's kernels tile by batch, and a seeded
-sample follows the rounding. The engine's log-probs are the raw
+sample follows the rounding. A prefix served from the cache shrinks its request's prefill and so changes
+the batch's shape too: every rollout therefore starts from an empty cache (:meth:`VLLMEngine.reset_prefix_cache`,
+called by ``rollout.runner.collect_rollouts``), so a batch depends on its own requests only, not on whether
+the engine evaluated, scored or rolled out something sharing a prefix before it (an evaluation computed in
+one run and read from the shared store in another). The engine's log-probs are the raw
 model's (before temperature), as the trainer's are; they differ from the trainer's by the engine's
 numeric path (bf16, other kernels), which ``algorithm.rollout_correction`` can correct for.
 """
@@ -127,6 +131,7 @@ class VLLMEngine:
             torch.set_num_threads(threads)
             restore_rng_state(rng)
         self.asleep = False
+        self.cached_prompt_tokens: list[int] = []  # per request of the last generate: prompt tokens the prefix cache served
         self.packed: dict[str, list[str]] | None = None  # vLLM's stacked linears: qkv_proj -> [q_proj, k_proj, v_proj]
         self.served_dtype = self.llm.llm_engine.model_config.dtype
 
@@ -164,6 +169,7 @@ class VLLMEngine:
             for s, t in zip(seeds, temperatures)
         ]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
+        self.cached_prompt_tokens = [int(out.num_cached_tokens or 0) for out in outputs]
         tokens, logprobs = [], []
         for out in outputs:
             completion = out.outputs[0]
@@ -213,6 +219,11 @@ class VLLMEngine:
 
         with quiet_vllm():  # it lists every weight not in this partial reload
             self.llm.collective_rpc(reload)
+        self.reset_prefix_cache()
+
+    def reset_prefix_cache(self) -> None:
+        """Drop every cached prefix: the next requests are prefilled whole, as on a fresh engine."""
+        self.wake()
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
