@@ -207,3 +207,16 @@ def test_progress_counts_runs_and_pairs_from_the_file_names_alone():
         "stage 2: 3 of 16 paired runs committed (none: seeds [0, 1]; rv_top_p: seeds [0]); 1 of 8 pairs complete [0]"
     )
     assert progress([], planned=10).startswith("stage 2: 0 of 20 paired runs committed")
+
+
+def test_the_reader_names_the_pair_whose_arms_did_not_share_their_first_batch():
+    from pathlib import Path
+
+    from agentcollapse.analysis.prereg import first_batch_differs, first_batch_line, read_run
+
+    committed = Path(__file__).parents[2] / "docs" / "results" / "smollm2-prereg"
+    runs = [read_run(str(committed / f"{arm}-seed{seed}-metrics.csv")) for seed in (3, 4, 100) for arm in ("none", "rv_top_p")]
+    # section 10's pair 4 differed at step 1 (0.375 vs 0.4375 rollout success); pair 3 and stage 1's pair did not
+    assert first_batch_differs(runs) == [4]
+    assert first_batch_line(runs).startswith("first batch: the arms of seed(s) [4] logged different step-1 rollouts")
+    assert first_batch_differs([r for r in runs if r["seed"] != 4]) == []

@@ -59,6 +59,7 @@ __all__ = [
     "collapse_counts",
     "decline_step",
     "final_success",
+    "first_batch_differs",
     "paired_length",
     "paired_test",
     "pairs_for_power",
@@ -295,6 +296,7 @@ SUCCESS_T1_KEY = "val/success_rate_t1"  # T=1, a secondary outcome
 STEP_TIME_KEY = "perf/step_time_s"
 MI_KEY = "collapse_trajectory_sample/mi_zscore"
 ENTROPY_KEY = "collapse_trajectory_sample/conditional_entropy_est"
+FIRST_BATCH_KEYS = ("rollout/success_rate", "rollout/response_length")  # step 1's rollout, before any update
 
 
 def val_episodes(metrics_path: str, default: int = 64) -> int:
@@ -327,6 +329,23 @@ def paired_differences(
         if _is_paired(seed, seeds):
             by_seed.setdefault(seed, {})[str(r["arm"])] = float(r[key])
     return {k: v[FILTER_ARM] - v[NO_FILTER_ARM] for k, v in sorted(by_seed.items()) if {FILTER_ARM, NO_FILTER_ARM} <= set(v)}
+
+
+def first_batch_differs(runs: Sequence[dict[str, float | str]]) -> list[int]:
+    """The seeds (stage 1's included) whose two arms logged different step-1 rollouts: they did not share
+    their first batch (section 10's pair 4). Reads nothing after the first update, so not the outcome."""
+    every = {int(r["seed"]) for r in runs}
+    differs: set[int] = set()
+    for key in FIRST_BATCH_KEYS:
+        differs |= {seed for seed, d in paired_differences(runs, every, f"step1:{key}").items() if not math.isnan(d) and d != 0}
+    return sorted(differs)
+
+
+def first_batch_line(runs: Sequence[dict[str, float | str]]) -> str:
+    differs = first_batch_differs(runs)
+    if not differs:
+        return "first batch: both arms of every seed logged the same step-1 rollout"
+    return f"first batch: the arms of seed(s) {differs} logged different step-1 rollouts (no shared first batch; kept, named)"
 
 
 def step_time_ratio(runs: Sequence[dict[str, float | str]], seeds: set[int] | None = None) -> str:
@@ -397,7 +416,14 @@ def read_run(path: str, length: int | None = None, plan: Plan = SECTION_10) -> d
         "peak_after_update": float(trained.max()) if len(trained) else math.nan,
         "peak_after_update_t1": float(trained_t1.max()) if len(trained_t1) else math.nan,
         "median_step_time_s": float(times.median()) if len(times) else math.nan,
+        # the first batch: the same in both arms of a seed when they share it (no outcome: before any update)
+        **{f"step1:{key}": _first_value(d, key) for key in FIRST_BATCH_KEYS},
     }
+
+
+def _first_value(d: pd.DataFrame, key: str) -> float:
+    logged = d[key].dropna() if key in d else pd.Series(dtype=float)
+    return float(logged.iloc[0]) if len(logged) else math.nan
 
 
 MI_EMA_KEY = "collapse_trajectory_sample/mi_zscore_ema"
@@ -511,6 +537,7 @@ def main() -> None:
     runs = [read_run(p, args.length, plan) for p in sorted(glob.glob(f"{args.folder}/*-metrics.csv"))]
     if args.interim:
         _interim(paired_differences(runs, seeds, plan.primary), plan)
+        print(first_batch_line(runs))
         return
     for r in runs:
         print(", ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
@@ -537,6 +564,7 @@ def main() -> None:
         print(step_time_ratio(runs, seeds))
     for arm, kinds in collapse_counts(runs, seeds).items():
         print(f"collapse classes, {arm}: " + ", ".join(f"{kind} {n}" for kind, n in sorted(kinds.items())))
+    print(first_batch_line(runs))
 
 
 def _interim(diffs: dict[int, float], plan: Plan) -> None:
