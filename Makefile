@@ -43,12 +43,12 @@ $(STAMP): requirements.lock requirements-nodeps.lock requirements-cuda.lock pypr
 venv: $(STAMP) ## create or refresh the virtual environment
 
 lint: $(STAMP) ## ruff check and format check (run by make test)
-	$(BIN)/ruff check src tests benchmarks scripts analysis
-	$(BIN)/ruff format --check src tests benchmarks scripts analysis
+	$(BIN)/ruff check src tests benchmarks scripts analysis examples
+	$(BIN)/ruff format --check src tests benchmarks scripts analysis examples
 
 format: $(STAMP) ## apply ruff's fixes and formatting
-	$(BIN)/ruff check --fix src tests benchmarks scripts analysis
-	$(BIN)/ruff format src tests benchmarks scripts analysis
+	$(BIN)/ruff check --fix src tests benchmarks scripts analysis examples
+	$(BIN)/ruff format src tests benchmarks scripts analysis examples
 
 # Two passes sharing one model cache (in the checkout, git-ignored, removed at the end: nothing that cleans
 # /tmp can take it mid-run): the tests on 2 xdist workers of one thread each, then the tests that start

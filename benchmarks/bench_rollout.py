@@ -11,6 +11,7 @@ Saves ``benchmarks/results/rollout.json`` for ``benchmarks.bench_report``. Not a
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 
 from agentcollapse.analysis.stats import wilson_interval
@@ -65,9 +66,9 @@ def main() -> None:
         }
         record["kv_reuse"] = kv
     for slip in args.slips if cfg.env.name == "frozenlake" else [None]:
-        env_kwargs = dict(cfg.env.kwargs) | ({"slip": slip} if slip is not None else {})
+        env_cfg = dataclasses.replace(cfg.env, kwargs=dict(cfg.env.kwargs) | ({"slip": slip} if slip is not None else {}))
         for temp in args.temperatures:
-            k, n = held_out_success(policy, cfg.env.name, env_kwargs, args.episodes, temp, cfg.rollout.max_new_tokens)
+            k, n = held_out_success(policy, env_cfg, args.episodes, temp, cfg.rollout.max_new_tokens)
             lo, hi = wilson_interval(k, n)
             label = f"slip={slip}" if slip is not None else cfg.env.name
             print(f"warm-start success {label:10s} T={temp:<4}: {k / n:.3f}  95% CI [{lo:.3f}, {hi:.3f}]  (n={n})")

@@ -66,7 +66,7 @@ def main() -> None:
                 continue
             ready_s, (cfg, policy) = timed(config_and_policy, [*overrides, f"env={env}", f"model.warm_start.enabled={str(warm).lower()}"])
             for temp in args.temperatures:
-                eval_s, batch = timed(held_out_rollout, policy, cfg.env.name, dict(cfg.env.kwargs), n, temp, cfg.rollout.max_new_tokens)
+                eval_s, batch = timed(held_out_rollout, policy, cfg.env, n, temp, cfg.rollout.max_new_tokens)
                 metrics = rollout_metrics(batch)
                 k = int(batch.successes().sum())
                 lo, hi = wilson_interval(k, n)

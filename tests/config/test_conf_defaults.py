@@ -77,7 +77,13 @@ def test_the_check_finds_a_repeated_default():
 
 
 def _env_files() -> list[Path]:
-    return sorted((Path(CONF_DIR) / "env").glob("*.yaml"))
+    """The built-in envs' files (custom.yaml is your own env's: its keywords are its constructor's)."""
+    return sorted(p for p in (Path(CONF_DIR) / "env").glob("*.yaml") if p.stem != "custom")
+
+
+def test_the_custom_env_file_composes_an_open_kwargs_schema_and_lists_no_value():
+    data = yaml.safe_load((Path(CONF_DIR) / "env" / "custom.yaml").read_text())
+    assert data == {"defaults": ["custom_schema"], "name": "custom"}
 
 
 @pytest.mark.parametrize("path", _env_files(), ids=lambda p: p.stem)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import typing
+from pathlib import Path
 
 import pytest
 
@@ -23,6 +25,14 @@ def _fake_causal_lm(tmp_path):
     return str(tmp_path)
 
 
+# env=custom is the user's own env: the example stands in for it, as a config.json does for a hub model
+CUSTOM_TARGET = f"env.target={Path(__file__).parents[2] / 'examples' / 'guess_number.py'}:GuessNumber"
+
+
+def _env_extra(env: str) -> list[str]:
+    return [CUSTOM_TARGET] if env == "custom" else []
+
+
 def _cases():
     return [(group, option) for group in GROUPS for option in group_options(group)]
 
@@ -36,6 +46,7 @@ def test_every_group_has_options():
 def test_every_option_composes(group, option, tmp_path, cache_dir):
     # hf and the hub presets (qwen*, llama*) need weights on disk: a config.json stands in for them
     extra = [f"model.path={_fake_causal_lm(tmp_path)}"] if group == "model" and option not in ("tiny", "smollm2-135m") else []
+    extra += _env_extra(option) if group == "env" else []
     cfg = compose([f"{group}={option}", f"cache_dir={cache_dir}", *extra])
     assert isinstance(cfg, RunConfig)
     if group == "filter":
@@ -65,7 +76,7 @@ def test_hub_preset_without_weights_names_the_download_command(preset, tmp_path,
 @pytest.mark.parametrize("env", group_options("env"))
 @pytest.mark.parametrize("filter_name", group_options("filter"))
 def test_every_filter_composes_with_every_env(env, filter_name, cache_dir):
-    cfg = compose([f"env={env}", f"filter={filter_name}", f"cache_dir={cache_dir}"])
+    cfg = compose([f"env={env}", f"filter={filter_name}", f"cache_dir={cache_dir}", *_env_extra(env)])
     assert cfg.env.name == env and cfg.filter.name == filter_name
 
 
@@ -139,11 +150,14 @@ def test_a_plain_install_ships_conf_and_composes_every_config(tmp_path):
     assert "hydra_plugins/agentcollapse_sweeper/sweeper.py" in names
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)  # the wheel's files as a non-editable install lays them out
+    shutil.copy(Path(__file__).parents[2] / "examples" / "guess_number.py", tmp_path / "my_env.py")
     check = (  # PYTHONPATH comes before the editable install's src/ on sys.path
         "import agentcollapse; from pathlib import Path;"
         "from agentcollapse.config import CONF_DIR, group_options; from agentcollapse.run.checks import compose_run as compose;"
         "assert Path(CONF_DIR) == Path(agentcollapse.__file__).parent / 'conf', CONF_DIR;"
-        "[compose([f'{g}={o}', 'cache_dir=/tmp/unused']) for g in ('env', 'algorithm', 'filter', 'trainer', 'callbacks') for o in group_options(g)];"
+        # env=custom names the user's class (the example, copied where the command runs), which composing imports
+        "[compose([f'{g}={o}', 'cache_dir=/tmp/unused', *(['env.target=my_env.py:GuessNumber'] if o == 'custom' else [])])"
+        " for g in ('env', 'algorithm', 'filter', 'trainer', 'callbacks') for o in group_options(g)];"
         "print('composed', CONF_DIR)"
     )
     out = subprocess.run(

@@ -60,6 +60,8 @@ def register_configs() -> None:
         cs.store(group=group, name=f"{group}_schema", node=node)
     for name in ENV_KWARGS:  # conf/env/<name>.yaml composes env/<name>_schema: its kwargs' one source
         cs.store(group="env", name=f"{name}_schema", node=env_schema(name))
+    # your own env (env=custom): its keywords are its constructor's, so env.kwargs stays an open mapping
+    cs.store(group="env", name="custom_schema", node=OmegaConf.structured(EnvConfig(name="custom")))
 
 
 def env_schema(name: str) -> DictConfig:

@@ -17,6 +17,7 @@ which coefficients it used.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from typing import Any, Optional
 
@@ -96,16 +97,31 @@ class EnvConfig:
     data_path: str | None = opt(
         None, help="a local copy of the env's real data set (webshop, searchqa, deepcoder); unset: the generated data in the package"
     )
+    target: str | None = opt(
+        None,
+        help="with env=custom: your TextEnv subclass, 'path/to/my_env.py:MyEnv' or 'my_pkg.my_env:MyEnv' (its keywords: +env.kwargs.<key>=<value>)",
+    )
 
     def __post_init__(self) -> None:
         if is_dataclass(self.kwargs) and not isinstance(self.kwargs, type):
             self.kwargs = {f.name: getattr(self.kwargs, f.name) for f in fields(self.kwargs)}
+        # a file target is read from where the command ran: absolute from here on (sweep workers, config.yaml)
+        if isinstance(self.target, str) and ":" in self.target:
+            path, _, cls = self.target.rpartition(":")
+            if path.endswith(".py") and not os.path.isabs(path):
+                self.target = f"{os.path.abspath(path)}:{cls}"
 
     def validate(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise UserError("env.name is empty; choose with env=<name> (e.g. env=frozenlake)")
         if not isinstance(self.kwargs, dict):
             raise UserError(f"env.kwargs={self.kwargs!r} must be a mapping of the env's keywords, e.g. {{slip: 0.1}}")
+        if self.name == "custom" and not self.target:
+            raise UserError("env=custom needs env.target=<path/to/my_env.py:MyEnv or my_pkg.my_env:MyEnv>, a TextEnv subclass of yours")
+        if self.target is not None and self.name != "custom":
+            raise UserError(f"env.target={self.target!r} is for your own env: use it with env=custom, not env={self.name}")
+        if self.target is not None and (not isinstance(self.target, str) or ":" not in self.target or self.target.endswith(":")):
+            raise UserError(f"env.target={self.target!r} must name a class: 'path/to/my_env.py:MyEnv' or 'my_pkg.my_env:MyEnv'")
 
 
 @dataclass

@@ -48,7 +48,7 @@ def cache_key(model_cfg: ModelConfig, env_cfg: EnvConfig) -> str:
     warm_start = asdict(model_cfg.warm_start) if not isinstance(model_cfg.warm_start, dict) else dict(model_cfg.warm_start)
     spec = {
         "version": BUILD_VERSION,
-        "env": {"name": env_cfg.name, "kwargs": envs.episode_kwargs(env_cfg)}
+        "env": envs.episode_identity(env_cfg)
         # a real data set (env.data_path) brings its own words and demonstrations; unset keeps existing keys
         | ({"data_path": str(env_cfg.data_path)} if getattr(env_cfg, "data_path", None) else {}),
         "arch": [model_cfg.hidden_size, model_cfg.num_layers, model_cfg.num_heads, model_cfg.intermediate_size],

@@ -64,7 +64,7 @@ def warm_start_key(base_dir: Path, model_cfg: ModelConfig, env_cfg: EnvConfig) -
     spec = {
         "version": BUILD_VERSION,
         "base": _base_fingerprint(base_dir),
-        "env": {"name": env_cfg.name, "kwargs": envs.episode_kwargs(env_cfg)},
+        "env": envs.episode_identity(env_cfg),
         "warm_start": {k: v for k, v in ws.items() if v is not None},
         "lora": [lora.r, lora.alpha, sorted(lora.target_modules)],
     }

@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from agentcollapse.config import RunConfig
+from agentcollapse.config import EnvConfig, RunConfig
 from agentcollapse.run.checks import compose_run
 
 __all__ = ["config_and_policy", "held_out_rollout", "held_out_success", "rebuild_base_model", "rv_check", "training_batch"]
@@ -53,23 +53,21 @@ def training_batch(policy: Any, cfg: RunConfig, iteration: int = 0, engine: Any 
 
 
 def held_out_success(
-    policy: Any, env_name: str, env_kwargs: dict[str, Any], episodes: int, temperature: float, max_new_tokens: int, run_seed: int = 0
+    policy: Any, env_cfg: EnvConfig, episodes: int, temperature: float, max_new_tokens: int, run_seed: int = 0
 ) -> tuple[int, int]:
     """(successes, episodes) on the held-out maps, one trajectory each, as a run's evaluation draws them."""
-    batch = held_out_rollout(policy, env_name, env_kwargs, episodes, temperature, max_new_tokens, run_seed)
+    batch = held_out_rollout(policy, env_cfg, episodes, temperature, max_new_tokens, run_seed)
     return int(batch.successes().sum()), episodes
 
 
-def held_out_rollout(
-    policy: Any, env_name: str, env_kwargs: dict[str, Any], episodes: int, temperature: float, max_new_tokens: int, run_seed: int = 0
-) -> Any:
+def held_out_rollout(policy: Any, env_cfg: EnvConfig, episodes: int, temperature: float, max_new_tokens: int, run_seed: int = 0) -> Any:
     """The held-out episodes' RolloutBatch (one trajectory per map), as a run's evaluation draws them."""
     from agentcollapse import envs, seeds
     from agentcollapse.rollout.runner import collect_rollouts
 
     batch, _ = collect_rollouts(
         policy,
-        lambda: envs.make(env_name, **env_kwargs),
+        lambda: envs.from_config(env_cfg),
         seeds.validation_env_seeds(episodes),
         1,
         temperature,
