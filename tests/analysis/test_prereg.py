@@ -204,9 +204,10 @@ def test_progress_counts_runs_and_pairs_from_the_file_names_alone():
         "none-seed1-metrics.csv",
     ]
     assert progress(names) == (
+        "stage 1: 2 of 2 runs committed ['none', 'rv_top_p']; "
         "stage 2: 3 of 16 paired runs committed (none: seeds [0, 1]; rv_top_p: seeds [0]); 1 of 8 pairs complete [0]"
     )
-    assert progress([], planned=10).startswith("stage 2: 0 of 20 paired runs committed")
+    assert progress([], planned=10).startswith("stage 1: 0 of 2 runs committed []; stage 2: 0 of 20 paired runs committed")
 
 
 def test_the_reader_names_the_pair_whose_arms_did_not_share_their_first_batch():

@@ -443,16 +443,20 @@ CURVE_METRICS = (SUCCESS_KEY, "val/success_rate_t1", MI_KEY, ENTROPY_KEY, "actor
 
 
 def progress(names: Sequence[str], planned: int = 8) -> str:
-    """Stage 2's progress from the committed runs' file names (``<arm>-seed<k>-metrics.csv``) alone, so a
+    """Both stages' progress from the committed runs' file names (``<arm>-seed<k>-metrics.csv``) alone, so a
     stop note can say how far the experiment is without reading any outcome."""
     arms: dict[str, set[int]] = {}
+    stage1: list[str] = []
     for arm, seed in map(arm_and_seed, names):
         if _is_paired(seed, None):
             arms.setdefault(arm, set()).add(seed)
+        else:
+            stage1.append(arm)
     none, filt = sorted(arms.get(NO_FILTER_ARM, set())), sorted(arms.get(FILTER_ARM, set()))
     pairs = sorted(set(none) & set(filt))
     done = len(none) + len(filt)
     return (
+        f"stage 1: {len(stage1)} of 2 runs committed {sorted(stage1)}; "
         f"stage 2: {done} of {2 * planned} paired runs committed (none: seeds {none}; rv_top_p: seeds {filt}); "
         f"{len(pairs)} of {planned} pairs complete {pairs}"
     )
