@@ -23,7 +23,7 @@ VLLM := $(shell nvidia-smi -L >/dev/null 2>&1 && echo vllm==0.32.0 || echo vllm-
 quote = '$(subst ','\'',$(1))'
 run = $(or $(2),$(BIN)/python) -m agentcollapse.sweep.storage --mask $(call quote,$(1)); $(1)
 
-.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-proxy-smollm2 bench-experiment bench-scaling mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report bench-retrieval bench-cli bench-grading
+.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-proxy-smollm2 bench-experiment bench-scaling mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report bench-retrieval bench-cli bench-grading bench-headroom
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
@@ -148,6 +148,9 @@ bench-proxy: $(STAMP) ## MI proxy cost vs one iteration; cached vs naive cross-s
 bench-proxy-smollm2: $(STAMP) ## the MI proxy on SmolLM2-135M (Countdown, P=4 x G=8): its cost and what bf16 forwards change (~6 min)
 	@$(call run,$(BIN)/python -m benchmarks.bench_proxy --repeats 2 --skip-naive --name proxy_smollm2 model=smollm2-135m env=countdown \
 		rollout.num_prompts=4 rollout.group_size=8 $(ARGS))
+
+bench-headroom: $(STAMP) ## headroom per env and policy: held-out success at T=1/T=0.5 and reward-variance groups at P=8 x G=8 (hours for all 7 x 2; --envs/--policies pick cells)
+	@$(call run,$(BIN)/python -m benchmarks.bench_headroom $(ARGS))
 
 bench-experiment: $(STAMP) ## a SmolLM2 experiment's iteration, evaluation included, arm against arm (default: the pilot vs the pre-registered settings; --arms NAME=SWEEP@ENV,... picks others) (~15 min)
 	@$(call run,$(BIN)/python -m benchmarks.bench_experiment $(ARGS))

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 from agentcollapse.analysis.stats import wilson_interval
 from agentcollapse.models.policy import resolve_model_dir
 from agentcollapse.rollout.runner import rollout_metrics
 from agentcollapse.run.jobs import config_and_policy, held_out_rollout
-from benchmarks.common import RESULTS, commit, csv_list, floats, save_result, timed, with_model
+from benchmarks.common import RESULTS, commit, csv_list, floats, kept_rows, save_result, timed, with_model
 
 
 def build_seconds(cfg: Any) -> float | None:
@@ -30,14 +29,9 @@ def build_seconds(cfg: Any) -> float | None:
     return json.loads(meta.read_text()).get("build_seconds") if meta.exists() else None
 
 
-def kept_rows(measured: set[tuple[str, bool, float]], path: Path = RESULTS / "warm_start.json") -> list[dict[str, Any]]:
-    """The saved rows this run does not measure again, by (env, warm-started, temperature), stamped with their
-    own run's commit and date: measuring one temperature of an env keeps its other rows."""
-    if not path.exists():
-        return []
-    old = json.loads(path.read_text())
-    stamp = {"commit": old.get("commit"), "measured_at": old.get("measured_at"), "model_overrides": old.get("model_overrides")}
-    return [{**stamp, **row} for row in old.get("rows", []) if (row["env"], row["warm_start"], row["temperature"]) not in measured]
+def row_key(row: dict[str, Any]) -> tuple[str, bool, float]:
+    """A row's identity: measuring one temperature of an env again keeps its other rows (``common.kept_rows``)."""
+    return row["env"], row["warm_start"], row["temperature"]
 
 
 def measured_rows(envs: list[str], temperatures: list[float], episodes: int, untuned_episodes: int) -> set[tuple[str, bool, float]]:
@@ -57,7 +51,7 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="Hydra overrides (default model=smollm2-135m)")
     args = ap.parse_args()
     overrides = with_model(args.overrides)
-    rows = kept_rows(measured_rows(args.envs, args.temperatures, args.episodes, args.untuned_episodes))
+    rows = kept_rows(RESULTS / "warm_start.json", measured_rows(args.envs, args.temperatures, args.episodes, args.untuned_episodes), row_key)
     stamp = {"commit": commit(), "model_overrides": overrides}
     for env in args.envs:
         for warm in (False, True):

@@ -63,6 +63,16 @@ def command() -> str:
     return " ".join([f"python -m {spec.name}" if spec is not None else sys.argv[0], *sys.argv[1:]])
 
 
+def kept_rows(path: Path, measured: set[tuple[Any, ...]], key: Callable[[dict[str, Any]], tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """The rows saved in ``path`` that this run does not measure again (``key(row)`` not in ``measured``), each
+    stamped with its own run's commit, date and overrides: a benchmark measured a row at a time keeps the rest."""
+    if not path.exists():
+        return []
+    old = json.loads(path.read_text())
+    stamp = {k: old.get(k) for k in ("commit", "measured_at", "model_overrides")}
+    return [{**stamp, **row} for row in old.get("rows", []) if key(row) not in measured]
+
+
 def save_result(name: str, data: dict[str, Any], out: str | Path = RESULTS) -> Path:
     """Write ``<out>/<name>.json``: ``data`` plus when, at which commit and by which command it was measured,
     and the process's peak memory."""

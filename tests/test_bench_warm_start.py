@@ -7,7 +7,8 @@ import json
 
 
 def test_measuring_one_temperature_keeps_the_env_s_other_rows(tmp_path):
-    from benchmarks.bench_warm_start import kept_rows, measured_rows
+    from benchmarks.bench_warm_start import measured_rows, row_key
+    from benchmarks.common import kept_rows
 
     saved = tmp_path / "warm_start.json"
     rows = [
@@ -19,7 +20,7 @@ def test_measuring_one_temperature_keeps_the_env_s_other_rows(tmp_path):
     # --envs webshop --temperatures 0.5 --untuned-episodes 0: only the warm-started T=0.5 row is measured again
     measured = measured_rows(["webshop"], [0.5], episodes=32, untuned_episodes=0)
     assert measured == {("webshop", True, 0.5)}
-    kept = kept_rows(measured, saved)
+    kept = kept_rows(saved, measured, row_key)
     assert [(r["env"], r["temperature"], r["success"]) for r in kept] == [("webshop", 1.0, 0.0), ("frozenlake", 0.5, 0.0)]
     assert all(r["commit"] == "abc1234" and r["measured_at"] == "then" for r in kept)  # each keeps its own run's stamp
     assert measured_rows(["sokoban"], [1.0, 0.5], episodes=64, untuned_episodes=16) == {
