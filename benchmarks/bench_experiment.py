@@ -91,6 +91,12 @@ def cadences(run_dir: Path) -> tuple[int, int]:
     return int(cfg.trainer.val_every), int(cfg.diagnostics.compute_freq)
 
 
+def at_cadence(cost: dict[str, float], val_every: int, compute_freq: int) -> float:
+    """An iteration's seconds, evaluation included, with the proxy every ``compute_freq`` and an evaluation
+    every ``val_every`` iterations (the module doc's sum)."""
+    return cost["step_without_proxy_s"] + cost["proxy_s"] / compute_freq + cost["eval_s"] / val_every
+
+
 def iteration_cost(rows: Any, val_every: int, compute_freq: int) -> dict[str, float]:
     """Per-iteration seconds, evaluation included, from one run's metrics rows (see the module doc)."""
     steps = rows[rows["step"] >= 1]
@@ -100,17 +106,17 @@ def iteration_cost(rows: Any, val_every: int, compute_freq: int) -> dict[str, fl
     without_proxy = float((step_s - steps.get("perf/collapse_time_s", 0.0 * step_s).fillna(0.0)).mean())
     evals = rows["perf/val_time_s"].dropna().astype(float).tolist()
     eval_s = float(statistics.fmean(evals))
-    return {
+    cost = {
         "step_without_proxy_s": without_proxy,
         "proxy_s": proxy_s,
         "eval_s": eval_s,
         "update_s": float(steps["perf/update_time_s"].mean()),
         "scoring_s": float(steps["perf/scoring_time_s"].mean()),
         "rollout_s": float(steps["perf/rollout_time_s"].mean()),
-        "iteration_s": without_proxy + proxy_s / compute_freq + eval_s / val_every,
         "val_every": val_every,
         "compute_freq": compute_freq,
     }
+    return {**cost, "iteration_s": at_cadence(cost, val_every, compute_freq)}
 
 
 def main() -> None:
@@ -157,9 +163,7 @@ def main() -> None:
     base_cadence = (results[base][0]["val_every"], results[base][0]["compute_freq"])
     for arm in arms:  # every arm evaluated and proxied as often as the baseline: cadence told apart from compute
         for entry in results[arm]:
-            entry["iteration_at_baseline_cadence_s"] = (
-                entry["step_without_proxy_s"] + entry["proxy_s"] / base_cadence[1] + entry["eval_s"] / base_cadence[0]
-            )
+            entry["iteration_at_baseline_cadence_s"] = at_cadence(entry, *base_cadence)
 
     def med(arm: str, key: str) -> float:
         return statistics.median(e[key] for e in results[arm])
