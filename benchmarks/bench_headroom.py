@@ -47,12 +47,10 @@ def headroom_reading(success_t1: float, varied_groups: float) -> str:
     return "; ".join(problems) or "meets the goal"
 
 
-def group_signal(returns: np.ndarray, successes: np.ndarray) -> dict[str, float]:
-    """Of a [P, G] batch: the share of groups with non-zero reward variance (RV > 1e-12, as the collapse stats
-    count it) and the share whose success varies."""
-    varied = np.var(returns, axis=1, ddof=1) > 1e-12
-    success_varies = successes.min(axis=1) != successes.max(axis=1)
-    return {"varied_groups": float(varied.mean()), "success_varied_groups": float(success_varies.mean())}
+def success_varied_groups(successes: np.ndarray) -> float:
+    """Of a [P, G] batch's successes: the share of groups whose success varies (the groups with reward variance
+    are the collapse stats' count, ``reward_variance_stats``)."""
+    return float((successes.min(axis=1) != successes.max(axis=1)).mean())
 
 
 def cell_key(row: dict[str, Any]) -> tuple[str, str]:
@@ -73,15 +71,15 @@ def measure_cell(policy_name: str, env: str, episodes: int, overrides: list[str]
         row[f"eval_{tag}_s"] = eval_s
     batch_s, (batch, _) = timed(training_batch, policy, cfg)
     stats = reward_variance_stats(batch)
-    signal = group_signal(batch.returns(), batch.successes())
-    varied_k = round(signal["varied_groups"] * batch.num_prompts)
+    varied = 1.0 - stats["collapse/zero_rv_group_frac"]
     row |= {
         "rv_std_over_mean": stats["collapse/rv_std_over_mean"],
-        **signal,
-        "varied_groups_ci": list(wilson_interval(varied_k, batch.num_prompts)),
+        "varied_groups": varied,
+        "varied_groups_ci": list(wilson_interval(round(varied * batch.num_prompts), batch.num_prompts)),
+        "success_varied_groups": success_varied_groups(batch.successes()),
         "batch_success": float(batch.successes().mean()),
         "batch_s": batch_s,
-        "reading": headroom_reading(row["success_t1"], signal["varied_groups"]),
+        "reading": headroom_reading(row["success_t1"], varied),
     }
     return row
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import numpy as np
-
-from benchmarks.bench_headroom import group_signal, headroom_reading, measure_cell, table
+from benchmarks.bench_headroom import headroom_reading, measure_cell, success_varied_groups, table
 from tests.conftest import TINY_OVERRIDES
 
 
@@ -14,11 +12,14 @@ def test_the_reading_names_what_keeps_a_cell_from_the_goal():
     assert headroom_reading(0.9, 0.5) == "T=1 success 0.90 above 0.8: little room"
 
 
-def test_groups_with_reward_variance_and_with_varied_success_are_told_apart():
-    returns = np.array([[1.0, 0.0, 0.0, 0.0], [-0.1, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
-    successes = np.array([[1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]], dtype=float)
+def test_groups_with_reward_variance_and_with_varied_success_are_told_apart(tiny_policy):
+    from agentcollapse.diagnostics.collapse import reward_variance_stats
+    from tests.helpers import hand_batch
+
     # a format penalty gives the second group variance without any success to learn from
-    assert group_signal(returns, successes) == {"varied_groups": 0.5, "success_varied_groups": 0.25}
+    batch = hand_batch(tiny_policy, [[1.0, 0.0, 0.0, 0.0], [-0.1, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    assert 1.0 - reward_variance_stats(batch)["collapse/zero_rv_group_frac"] == 0.5  # the count the bench reads
+    assert success_varied_groups(batch.successes()) == 0.25
 
 
 def test_a_cell_measured_on_the_tiny_policy_reads_and_tabulates(cache_dir):
