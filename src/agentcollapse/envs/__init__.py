@@ -5,6 +5,7 @@ the user's own ``TextEnv`` subclass that ``env.target`` names (``path/to/my_env.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
@@ -56,9 +57,11 @@ def _construct(cls: Callable[..., TextEnv], label: str, kwargs: dict[str, Any]) 
         raise UserError(f"bad settings for env {label!r}: {exc}") from None
 
 
+@functools.cache
 def load_target(target: str) -> type[TextEnv]:
     """The ``TextEnv`` subclass ``env.target`` names: ``path/to/file.py:Class`` (loaded from that file) or
-    ``package.module:Class`` (imported). Anything else is one line saying what is wrong and how to fix it."""
+    ``package.module:Class`` (imported). Anything else is one line saying what is wrong and how to fix it.
+    Found once per process: a rollout makes an env per trajectory, and none should repeat the checks."""
     where, _, name = target.rpartition(":")
     if where.endswith(".py"):
         module = _load_file(target, Path(where))
