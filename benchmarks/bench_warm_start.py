@@ -51,7 +51,9 @@ def main() -> None:
     ap.add_argument("overrides", nargs="*", help="Hydra overrides (default model=smollm2-135m)")
     args = ap.parse_args()
     overrides = with_model(args.overrides)
-    rows = kept_rows(RESULTS / "warm_start.json", measured_rows(args.envs, args.temperatures, args.episodes, args.untuned_episodes), row_key)
+    rows = kept_rows(
+        RESULTS / "warm_start.json", measured_rows(args.envs, args.temperatures, args.episodes, args.untuned_episodes), row_key
+    )
     stamp = {"commit": commit(), "model_overrides": overrides}
     for env in args.envs:
         for warm in (False, True):
