@@ -28,12 +28,13 @@ run = $(or $(2),$(BIN)/python) -m agentcollapse.sweep.storage --mask $(call quot
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
 
-$(STAMP): requirements.lock requirements-nodeps.lock requirements-cuda.lock pyproject.toml
+$(STAMP): requirements.lock requirements-trl.lock requirements-nodeps.lock requirements-cuda.lock pyproject.toml
 	@echo "setting up $(VENV) from requirements.lock (first time: a few minutes)"
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q -c requirements.lock -r requirements-trl.lock
 	$(BIN)/pip install -q --no-deps -r requirements-nodeps.lock
 	$(if $(filter vllm==%,$(VLLM)),$(BIN)/pip install -q --no-deps -r requirements-cuda.lock)
 	$(BIN)/pip install -q --no-deps $(VLLM)
@@ -104,19 +105,8 @@ bench-iteration: $(STAMP) ## one RL iteration vs the code before the performance
 bench-scaling: $(STAMP) ## iteration time and peak memory as P, G, the turn cap and the response budget double (~10 min; ARGS='--model smollm2': SmolLM2, ~15 min)
 	@$(call run,$(BIN)/python -m benchmarks.bench_scaling $(ARGS))
 
-bench-trl: ## our RL iteration vs TRL's GRPOTrainer, alternating, tiny heads and SmolLM2 (benchmark-only .venv-trl: trl==1.16.0 on requirements.lock's versions, plus vLLM for our side)
-	@if [ ! -f .venv-trl/.installed ] || [ requirements.lock -nt .venv-trl/.installed ] || [ pyproject.toml -nt .venv-trl/.installed ]; then \
-		echo "setting up .venv-trl: trl==1.16.0 with the torch/transformers/peft/accelerate of requirements.lock (first time: a few minutes)"; \
-		{ test -x .venv-trl/bin/python || $(PY) -m venv .venv-trl; } && \
-		.venv-trl/bin/pip install -q torch==2.13.0 && \
-		.venv-trl/bin/pip install -q -r requirements.lock -c requirements.lock trl==1.16.0 && \
-		.venv-trl/bin/pip install -q --no-deps -r requirements-nodeps.lock && \
-		$(if $(filter vllm==%,$(VLLM)),.venv-trl/bin/pip install -q --no-deps -r requirements-cuda.lock &&) \
-		.venv-trl/bin/pip install -q --no-deps $(VLLM) && \
-		.venv-trl/bin/pip install -q --no-deps -e . && \
-		touch .venv-trl/.installed; \
-	fi
-	@$(call run,.venv-trl/bin/python -m benchmarks.bench_trl $(ARGS),.venv-trl/bin/python)
+bench-trl: $(STAMP) ## our RL iteration vs TRL's GRPOTrainer, alternating, tiny heads and SmolLM2 (TRL from requirements-trl.lock)
+	@$(call run,$(BIN)/python -m benchmarks.bench_trl $(ARGS))
 
 bench-rollout: $(STAMP) ## rollout tokens/s and warm-start held-out success
 	@$(call run,$(BIN)/python -m benchmarks.bench_rollout env=$(ENV) $(ARGS))

@@ -1,11 +1,11 @@
 """Our RL iteration against TRL's ``GRPOTrainer``, side by side, on the same model, task and sizes.
 
     make bench-trl [ARGS="--repeats 2 --steps 4 --threads 2 --max-minutes 12"]
-    .venv-trl/bin/python -m benchmarks.bench_trl [--models natural,49152,smollm2] [--repeats 2] [--steps 4] [overrides ...]
+    .venv/bin/python -m benchmarks.bench_trl [--models natural,49152,smollm2] [--repeats 2] [--steps 4] [overrides ...]
 
-TRL is a benchmark-only extra: ``make bench-trl`` creates ``.venv-trl`` (trl==1.16.0 on the versions of
-``requirements.lock``, plus this project, editable) and runs this script there; the project never
-imports trl.
+TRL (trl==1.16.0 and what it adds, ``requirements-trl.lock``, on the versions of ``requirements.lock``) is
+in the project's own ``.venv`` since ``agentcollapse.integrations.trl`` (before 2026-12-05 this benchmark
+built a ``.venv-trl`` of its own, with the same versions).
 
 Both sides train the same single-turn task (Countdown prompts rendered by our chat template, the
 same token ids), P x G completions per iteration (default 8 x 16 = 128), at most ``--max-new-tokens``

@@ -23,6 +23,7 @@ LAYERS = {
     "sweep": 6,
     "analysis": 6,
     "lightning": 5,
+    "integrations": 5,  # our callbacks inside other trainers (TRL): beside lightning, whose callbacks they reuse
     "rollout": 3,
     "diagnostics": 3,
     "filtering": 3,
