@@ -252,6 +252,13 @@ def trl_worker(args: argparse.Namespace) -> None:
 
     from agentcollapse.models.context import encode
 
+    trainer_class, collapse = GRPOTrainer, {}
+    if args.collapse_freq >= 0:  # --collapse-cost: TRL with our diagnostics at that cadence
+        from agentcollapse.config import DiagnosticsConfig
+        from agentcollapse.integrations.trl import CollapseGRPOTrainer
+
+        trainer_class, collapse = CollapseGRPOTrainer, {"collapse_diagnostics": DiagnosticsConfig(compute_freq=args.collapse_freq)}
+
     # our side's overrides too: a LoRA or seed changed for ours is TRL's as well
     cfg = base_config([*model_overrides(args.model_name), *args.overrides])
     model_dir = Path(args.trl_worker)
@@ -273,7 +280,7 @@ def trl_worker(args: argparse.Namespace) -> None:
             **trl_config,
         )
         model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32)
-        trainer = GRPOTrainer(
+        trainer = trainer_class(
             model=model,
             reward_funcs=[make_countdown_reward(cfg, tokenizer)],
             args=config,
@@ -287,6 +294,7 @@ def trl_worker(args: argparse.Namespace) -> None:
                 bias="none",
                 task_type="CAUSAL_LM",
             ),
+            **collapse,
         )
         record = record_phases(trainer)
         trainer.train()
@@ -403,7 +411,10 @@ def run_trl(model_dir: Path, args: argparse.Namespace, out_file: Path) -> dict[s
         str(model_dir),
         "--worker-out",
         str(out_file),
-        *(f"--{k}={getattr(args, k.replace('-', '_'))}" for k in ("steps", "threads", "prompts", "group", "max-new-tokens", "model-name")),
+        *(
+            f"--{k}={getattr(args, k.replace('-', '_'))}"
+            for k in ("steps", "threads", "prompts", "group", "max-new-tokens", "model-name", "collapse-freq")
+        ),
         f"--trl-arg=beta={args.beta}",  # first: an explicit --trl-arg beta=... still wins
         *(f"--trl-arg={a}" for a in args.trl_arg),
         "--",
@@ -442,6 +453,9 @@ def main() -> None:
     names = model_names(args)
     started = time.perf_counter()
     sizes = {name: entry_args(args, name) for name in names}
+    if args.collapse_cost:
+        collapse_cost(args, names, sizes, started)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         dirs, results = build_models(args, names, sizes, Path(tmp))
         for rep in rounds_within(args.repeats, args.max_minutes, started):
@@ -504,6 +518,13 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--trl-worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--worker-out", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--model-name", default="natural", help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--collapse-cost",
+        action="store_true",
+        help="instead of ours vs TRL: TRL's GRPOTrainer alone vs CollapseGRPOTrainer with the MI proxy every step and "
+        "every 5 (alternating; means over iterations 2..--steps, so with --steps 6 one in five carries the every-5 proxy)",
+    )
+    ap.add_argument("--collapse-freq", type=int, default=-1, help=argparse.SUPPRESS)
     return ap.parse_args()
 
 
@@ -682,6 +703,75 @@ def report_lines(args: argparse.Namespace, report: dict[str, Any]) -> list[str]:
         "",
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + f". Wall time {report['settings']['wall_s']:.0f} s.",
     ]
+    return lines
+
+
+# -- the diagnostics' cost inside TRL (--collapse-cost) ------------------------------------------------------------
+COLLAPSE_SIDES = {"TRL": -1, "proxy every step": 1, "proxy every 5": 5}  # side -> CollapseGRPOTrainer's compute_freq (-1: plain)
+
+
+def collapse_cost(args: argparse.Namespace, names: list[str], sizes: dict[str, argparse.Namespace], started: float) -> None:
+    """TRL's iteration with and without our diagnostics, alternating; ``trl_collapse.{json,md}``."""
+    results: dict[str, dict[str, list[dict[str, Any]]]] = {name: {side: [] for side in COLLAPSE_SIDES} for name in names}
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs, built = build_models(args, names, sizes, Path(tmp))
+        for rep in rounds_within(args.repeats, args.max_minutes, started):
+            for name in names:
+                for side in turn_order(tuple(COLLAPSE_SIDES), rep, swap=True):
+                    size = argparse.Namespace(**{**vars(sizes[name]), "collapse_freq": COLLAPSE_SIDES[side]})
+                    t0 = time.perf_counter()
+                    run = run_trl(dirs[name], size, Path(tmp) / f"collapse-{name}-{rep}-{COLLAPSE_SIDES[side]}.json")
+                    results[name][side].append(run)
+                    print(f"[{name}] {side} run {rep + 1}: {time.perf_counter() - t0:.0f}s wall, iterations {run['step']}", flush=True)
+                    save_collapse_cost(args, sizes, built, results, started)
+    print("\n".join(save_collapse_cost(args, sizes, built, results, started)))
+
+
+def save_collapse_cost(
+    args: argparse.Namespace, sizes: dict[str, argparse.Namespace], built: dict[str, Any], results: dict[str, Any], started: float
+) -> list[str]:
+    def mean_step(runs: list[dict[str, Any]]) -> float:
+        steps = kept(runs, "step")
+        return statistics.fmean(steps) if steps else float("nan")
+
+    summary = {}
+    for name, sides in results.items():
+        plain = mean_step(sides["TRL"])
+        summary[name] = {
+            "P": sizes[name].prompts,
+            "G": sizes[name].group,
+            "max_new_tokens": sizes[name].max_new_tokens,
+            "runs": {side: len(runs) for side, runs in sides.items()},
+            "mean_step_s": {side: mean_step(runs) for side, runs in sides.items()},
+            "ratio_over_trl": {side: mean_step(runs) / plain for side, runs in sides.items()},
+        }
+    report = {
+        "settings": {
+            "threads": args.threads,
+            "steps_per_run": args.steps,
+            "versions": versions(),
+            "wall_s": round(time.perf_counter() - started, 1),
+        },
+        "summary": summary,
+        "models": {name: res["model"] for name, res in built.items()},
+        "raw": results,
+    }
+    save_result("trl_collapse", report, args.out)
+    lines = [
+        f"# TRL's GRPOTrainer with and without our diagnostics (CollapseGRPOTrainer), {args.threads} thread(s): mean iteration "
+        f"over iterations 2..{args.steps} of each run, alternating runs",
+        "",
+        "| model | P x G, new tokens | TRL (s) | + proxy every step (s) | ratio | + proxy every 5 (s) | ratio | runs each |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, s in summary.items():
+        m, r = s["mean_step_s"], s["ratio_over_trl"]
+        lines.append(
+            f"| {name} | {s['P']} x {s['G']}, {s['max_new_tokens']} | {m['TRL']:.2f} | {m['proxy every step']:.2f} | "
+            f"**{r['proxy every step']:.2f}** | {m['proxy every 5']:.2f} | **{r['proxy every 5']:.2f}** | {min(s['runs'].values())} |"
+        )
+    lines += ["", "Versions: " + ", ".join(f"{k} {val}" for k, val in report["settings"]["versions"].items()) + "."]
+    save_markdown("trl_collapse", lines, args.out)
     return lines
 
 
