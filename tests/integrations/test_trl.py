@@ -5,6 +5,7 @@ update on the kept groups alone, and the settings it refuses."""
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from types import SimpleNamespace
@@ -53,14 +54,28 @@ def tiny(make_cfg):
     return cfg, path, tokenizer
 
 
-def make_trainer(cfg, path, tokenizer, tmp_path, reward=None, steps=2, cls=CollapseGRPOTrainer, bf16=True, completion=12, **collapse):
+def make_trainer(
+    cfg,
+    path,
+    tokenizer,
+    tmp_path,
+    reward=None,
+    steps=2,
+    cls=CollapseGRPOTrainer,
+    bf16=True,
+    completion=12,
+    save_strategy="no",
+    save_steps=500,
+    **collapse,
+):
     texts, env_seeds = prompts_for(cfg, tokenizer, steps, P)
     args = GRPOConfig(
         output_dir=str(tmp_path / "trl"),
         max_steps=steps,
         logging_steps=1,
         report_to="none",
-        save_strategy="no",
+        save_strategy=save_strategy,
+        save_steps=save_steps,
         disable_tqdm=True,
         seed=0,
         use_cpu=True,
@@ -225,6 +240,24 @@ def test_early_stop_ends_training_on_the_rule(tiny, tmp_path):
     trainer.train()
     assert trainer.state.global_step == 1
     assert trainer.collapse_stop_reason.startswith("collapse: collapse_first_turn_sample/retrieval_above_chance below 2")
+
+
+def test_checkpoint_keeps_the_proxy_state_and_resume_continues_it(tiny, tmp_path):
+    """The EMAs, the sampler's generator and the iteration count go into each checkpoint; a run resumed from
+    checkpoint 1 logs step 2's proxy as the uninterrupted run does."""
+    cfg, path, tok = tiny
+    every = {"collapse_diagnostics": DiagnosticsConfig(compute_freq=1), "reward": varied_reward}
+    whole = make_trainer(cfg, path, tok, tmp_path / "whole", save_strategy="steps", save_steps=1, **every)
+    whole.train()
+    state = json.loads((tmp_path / "whole" / "trl" / "checkpoint-1" / "collapse_state.json").read_text())
+    assert state["iteration"] == 1 and state["diagnostics"]["emas"]
+    resumed = make_trainer(cfg, path, tok, tmp_path / "resumed", save_strategy="steps", save_steps=1, **every)
+    resumed.train(resume_from_checkpoint=str(tmp_path / "whole" / "trl" / "checkpoint-1"))
+    assert resumed.collapse_iteration == whole.collapse_iteration == 2
+    step2 = [h for h in whole.state.log_history if h.get("step") == 2 and "loss" in h][0]
+    again = [h for h in resumed.state.log_history if h.get("step") == 2 and "loss" in h][0]
+    for key in ("collapse_first_turn_sample/mi_zscore_ema", "collapse_trajectory_sample/mi_estimate"):
+        assert again[key] == pytest.approx(step2[key], rel=1e-5), key
 
 
 # -- what it refuses --------------------------------------------------------------------------------------------------
