@@ -13,26 +13,24 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+import trl  # make venv installs it (requirements-trl.lock): a missing TRL fails here rather than skipping
+from datasets import Dataset
+from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict
+from transformers import AutoModelForCausalLM
+from trl import GRPOConfig
 
-trl = pytest.importorskip("trl", reason="TRL is not installed: make venv installs requirements-trl.lock")
-
-from datasets import Dataset  # noqa: E402
-from peft import LoraConfig, get_peft_model, get_peft_model_state_dict, set_peft_model_state_dict  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
-from trl import GRPOConfig  # noqa: E402
-
-from agentcollapse.config import DiagnosticsConfig, FilterConfig  # noqa: E402
-from agentcollapse.diagnostics import PROXY_KEYS, sampler_prefix, sampler_prefixes  # noqa: E402
-from agentcollapse.envs.parsing import parse_response  # noqa: E402
-from agentcollapse.errors import UserError  # noqa: E402
-from agentcollapse.integrations.trl import CollapseGRPOTrainer, check_trl_version, kept_rows, rollout_batch  # noqa: E402
-from agentcollapse.lightning.diagnostics import CollapseDiagnostics  # noqa: E402
-from agentcollapse.lightning.hooks import Selection  # noqa: E402
-from agentcollapse.models.context import encode  # noqa: E402
-from agentcollapse.models.policy import Policy, resolve_model_dir  # noqa: E402
-from agentcollapse.models.tiny import load_tokenizer  # noqa: E402
-from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn  # noqa: E402
-from benchmarks.bench_trl import make_countdown_reward, prompts_for  # noqa: E402
+from agentcollapse.config import DiagnosticsConfig, FilterConfig
+from agentcollapse.diagnostics import PROXY_KEYS, sampler_prefix, sampler_prefixes
+from agentcollapse.envs.parsing import parse_response
+from agentcollapse.errors import UserError
+from agentcollapse.integrations.trl import CollapseGRPOTrainer, check_trl_version, kept_rows, rollout_batch
+from agentcollapse.lightning.diagnostics import CollapseDiagnostics
+from agentcollapse.lightning.hooks import Selection
+from agentcollapse.models.context import encode
+from agentcollapse.models.policy import Policy, resolve_model_dir
+from agentcollapse.models.tiny import load_tokenizer
+from agentcollapse.rollout.batch import RolloutBatch, Trajectory, Turn
+from benchmarks.bench_trl import make_countdown_reward, prompts_for
 
 P, G = 3, 4  # prompts and completions per prompt of each generation batch
 LORA = LoraConfig(r=4, lora_alpha=8, lora_dropout=0.0, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")

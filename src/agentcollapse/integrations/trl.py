@@ -50,6 +50,7 @@ write), a filter scored by the policy's entropy, a filter's ``loss_scale``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -177,7 +178,7 @@ def prompt_observation(prompt: Any) -> str:
 def filter_settings(choice: str | FilterConfig, rho: float | None) -> FilterConfig:
     """The filter a ``collapse_filter``/``collapse_rho`` pair names, checked for what TRL's batch supports."""
     if isinstance(choice, FilterConfig):
-        settings = FilterConfig(**{**choice.__dict__, **({"value": rho} if rho is not None else {})})
+        settings = dataclasses.replace(choice, value=rho) if rho is not None else choice
     else:
         settings = compose([f"filter={choice}", *([f"filter.value={rho}"] if rho is not None else [])]).filter
     if settings.name != "none" and settings.trajectory_k == 0 and required_feature(settings.metric) == "entropy":
