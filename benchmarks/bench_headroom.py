@@ -1,6 +1,7 @@
 """Headroom: does RL have something to learn from on each env, for each policy? (issue 61)
 
-    python -m benchmarks.bench_headroom [--envs frozenlake,sokoban,...] [--policies tiny,smollm2-135m] [--episodes 64] [overrides ...]
+    python -m benchmarks.bench_headroom [--envs frozenlake,sokoban,...] [--policies tiny,smollm2-135m] [--episodes 64]
+        [--variant NAME] [overrides ...]
 
 For each policy and env (a cell): held-out success at T=1 (the rollouts' temperature) and T=0.5, with Wilson
 intervals, and the format-valid rate, one trajectory per held-out map as a run's evaluation draws them; then
@@ -11,7 +12,8 @@ and at least half the groups with reward variance; its reading says which part f
 
 Builds each policy it needs (the tiny policy's warm start ~5 min on 2 cores, SmolLM2's ~15 min a multi-turn
 env) unless cached. Saves ``benchmarks/results/headroom.json`` and ``.md`` after every cell, keeping the cells
-it does not measure again, so envs can be measured one at a time.
+it does not measure again, so envs can be measured one at a time. ``--variant NAME`` with overrides measures a
+lever (an env knob, a warm-start recipe) as a row of its own, shown under "Levers tried" beside the default's.
 """
 
 from __future__ import annotations
@@ -53,8 +55,11 @@ def success_varied_groups(successes: np.ndarray) -> float:
     return float((successes.min(axis=1) != successes.max(axis=1)).mean())
 
 
-def cell_key(row: dict[str, Any]) -> tuple[str, str]:
-    return row["policy"], row["env"]
+DEFAULT_VARIANT = "default"  # the env's and policy's shipped configuration
+
+
+def cell_key(row: dict[str, Any]) -> tuple[str, str, str]:
+    return row["policy"], row["env"], row.get("variant", DEFAULT_VARIANT)
 
 
 def measure_cell(policy_name: str, env: str, episodes: int, overrides: list[str]) -> dict[str, Any]:
@@ -88,28 +93,36 @@ def table(rows: list[dict[str, Any]]) -> str:
     def ci(v: float, bounds: list[float]) -> str:
         return f"{v:.3f} [{bounds[0]:.2f}, {bounds[1]:.2f}]"
 
-    frame = pd.DataFrame(
-        [
-            {
-                "policy": r["policy"],
-                "env": r["env"],
-                "T=1 success": ci(r["success_t1"], r["success_t1_ci"]),
-                "T=0.5 success": ci(r["success_t05"], r["success_t05_ci"]),
-                "format (T=1)": f"{r['format_t1']:.2f}",
-                "Std(RV)/Mean(RV)": f"{r['rv_std_over_mean']:.2f}",
-                "groups with RV > 0": ci(r["varied_groups"], r["varied_groups_ci"]),
-                "groups whose success varies": f"{r['success_varied_groups']:.2f}",
-                "reading": r["reading"],
-            }
-            for r in sorted(rows, key=cell_key)
-        ]
-    )
-    return (
+    def frame(cells: list[dict[str, Any]], lever: bool) -> pd.DataFrame:
+        return pd.DataFrame(
+            [
+                {
+                    "policy": r["policy"],
+                    "env": r["env"],
+                    **({"variant": r["variant"], "overrides": " ".join(r.get("overrides", []))} if lever else {}),
+                    "T=1 success": ci(r["success_t1"], r["success_t1_ci"]),
+                    "T=0.5 success": ci(r["success_t05"], r["success_t05_ci"]),
+                    "format (T=1)": f"{r['format_t1']:.2f}",
+                    "Std(RV)/Mean(RV)": f"{r['rv_std_over_mean']:.2f}",
+                    "groups with RV > 0": ci(r["varied_groups"], r["varied_groups_ci"]),
+                    "groups whose success varies": f"{r['success_varied_groups']:.2f}",
+                    "reading": r["reading"],
+                }
+                for r in sorted(cells, key=cell_key)
+            ]
+        )
+
+    shipped = [r for r in rows if r.get("variant", DEFAULT_VARIANT) == DEFAULT_VARIANT]
+    levers = [r for r in rows if r.get("variant", DEFAULT_VARIANT) != DEFAULT_VARIANT]
+    text = (
         "# Headroom per env and policy (`make bench-headroom`)\n\n"
         f"Held-out maps per cell: T=1 and T=0.5, Wilson 95% intervals; iteration 1's batch at P=8 x G=8. Goal: T=1 success in "
         f"[{SUCCESS_RANGE[0]}, {SUCCESS_RANGE[1]}] and at least {MIN_VARIED_GROUPS:.0%} of groups with reward variance.\n\n"
-        + md_table(frame)
+        + md_table(frame(shipped, lever=False))
     )
+    if levers:
+        text += "\n\n## Levers tried (`--variant NAME overrides...`)\n\n" + md_table(frame(levers, lever=True))
+    return text
 
 
 def main() -> None:
@@ -117,16 +130,24 @@ def main() -> None:
     ap.add_argument("--envs", type=csv_list, default=ALL_ENVS, help="comma-separated (default: all seven)")
     ap.add_argument("--policies", type=csv_list, default=["tiny", "smollm2-135m"], help="comma-separated model presets")
     ap.add_argument("--episodes", type=int, default=64, help="held-out maps per temperature")
+    ap.add_argument(
+        "--variant", default=DEFAULT_VARIANT, help="name of the lever the overrides apply (a row of its own); 'default' = as shipped"
+    )
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for every cell")
     args = ap.parse_args()
     path = RESULTS / "headroom.json"
-    rows = kept_rows(path, {(p, e) for p in args.policies for e in args.envs}, cell_key)
+    rows = kept_rows(path, {(p, e, args.variant) for p in args.policies for e in args.envs}, cell_key)
     for policy_name in args.policies:
         for env in args.envs:
-            row = {"commit": commit(), "overrides": args.overrides, **measure_cell(policy_name, env, args.episodes, args.overrides)}
+            row = {
+                "commit": commit(),
+                "variant": args.variant,
+                "overrides": args.overrides,
+                **measure_cell(policy_name, env, args.episodes, args.overrides),
+            }
             rows.append(row)
             print(
-                f"{policy_name:13s} {env:10s} T=1 {row['success_t1']:.3f}  T=0.5 {row['success_t05']:.3f}  "
+                f"{policy_name:13s} {env:10s} {args.variant:12s} T=1 {row['success_t1']:.3f}  T=0.5 {row['success_t05']:.3f}  "
                 f"RV>0 {row['varied_groups']:.2f}  Std/Mean {row['rv_std_over_mean']:.2f}: {row['reading']}",
                 flush=True,
             )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from benchmarks.bench_headroom import headroom_reading, measure_cell, success_varied_groups, table
+from benchmarks.bench_headroom import cell_key, headroom_reading, measure_cell, success_varied_groups, table
 from tests.conftest import TINY_OVERRIDES
 
 
@@ -30,3 +30,30 @@ def test_a_cell_measured_on_the_tiny_policy_reads_and_tabulates(cache_dir):
     assert row["varied_groups"] in {k / 8 for k in range(9)}  # P=8 groups
     assert row["reading"] == headroom_reading(row["success_t1"], row["varied_groups"])
     assert "| tiny | frozenlake |" in table([row])
+
+
+def test_a_lever_is_a_row_of_its_own_listed_apart_from_the_shipped_cells():
+    def row(variant: str | None, success: float) -> dict:
+        r = {
+            "policy": "tiny",
+            "env": "webshop",
+            "success_t1": success,
+            "success_t1_ci": [0.0, 1.0],
+            "success_t05": 0.0,
+            "success_t05_ci": [0.0, 1.0],
+            "format_t1": 1.0,
+            "rv_std_over_mean": 0.5,
+            "varied_groups": 0.5,
+            "varied_groups_ci": [0.2, 0.8],
+            "success_varied_groups": 0.5,
+            "reading": "x",
+            "overrides": ["env.kwargs.num_products=100"],
+        }
+        return r if variant is None else {**r, "variant": variant}
+
+    shipped, lever = row(None, 0.0), row("small-catalogue", 0.25)  # a row saved before variants existed is the shipped one
+    assert cell_key(shipped) != cell_key(lever)
+    text = table([lever, shipped])
+    main, levers = text.split("## Levers tried")
+    assert "| tiny | webshop | 0.000" in main and "small-catalogue" not in main
+    assert "| tiny | webshop | small-catalogue | env.kwargs.num_products=100 | 0.250" in levers
