@@ -60,8 +60,11 @@ def held_out_success(
     return int(batch.successes().sum()), episodes
 
 
-def held_out_rollout(policy: Any, env_cfg: EnvConfig, episodes: int, temperature: float, max_new_tokens: int, run_seed: int = 0) -> Any:
-    """The held-out episodes' RolloutBatch (one trajectory per map), as a run's evaluation draws them."""
+def held_out_rollout(
+    policy: Any, env_cfg: EnvConfig, episodes: int, temperature: float, max_new_tokens: int, run_seed: int = 0, engine: Any = None
+) -> Any:
+    """The held-out episodes' RolloutBatch (one trajectory per map), as a run's evaluation draws them (decoded by
+    ``engine``, a started vLLM engine, where given)."""
     from agentcollapse import envs, seeds
     from agentcollapse.rollout.runner import collect_rollouts
 
@@ -73,6 +76,7 @@ def held_out_rollout(policy: Any, env_cfg: EnvConfig, episodes: int, temperature
         temperature,
         max_new_tokens,
         sample_seed=seeds.validation_sample_seed(run_seed),
+        engine=engine,
     )
     return batch
 
