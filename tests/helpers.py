@@ -53,3 +53,48 @@ def small_llama(vocab: int, layers: int = 2, heads: int = 4, kv_heads: int = 2, 
         max_position_embeddings=128,
     )
     return LlamaForCausalLM(cfg)
+
+
+def thread_ranks(world_size: int, fn):
+    """``fn(share)`` run on ``world_size`` threads standing in for data-parallel ranks: each gets a
+    ``ProxyShare`` whose gather is a real rendezvous of the threads (every rank blocks until all have given
+    their object). Returns every rank's result, in rank order."""
+    import threading
+
+    from agentcollapse.diagnostics import ProxyShare
+    from agentcollapse.lightning.distributed import deal_evenly
+
+    barrier, lock = threading.Barrier(world_size), threading.Lock()
+    rounds: list[list] = []  # one list of objects per gather call, filled in rank order
+    calls = [0] * world_size
+    results: list = [None] * world_size
+    errors: list[BaseException] = []
+
+    def gather_for(rank: int):
+        def gather(obj):
+            with lock:
+                k = calls[rank]
+                calls[rank] += 1
+                while len(rounds) <= k:
+                    rounds.append([None] * world_size)
+                rounds[k][rank] = obj
+            barrier.wait()
+            return list(rounds[k])
+
+        return gather
+
+    def run(rank: int) -> None:
+        try:
+            results[rank] = fn(ProxyShare(rank, world_size, gather_for(rank), deal_evenly))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test's thread
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(world_size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results

@@ -149,3 +149,14 @@ def test_samplers_share_their_pairs_forwards():
     for k in PROXY_KEYS:
         a, b = both[f"{prefix}/{k}"], alone[f"{prefix}/{k}"]
         assert (math.isnan(a) and math.isnan(b)) or abs(a - b) < 1e-5, k
+
+
+def test_the_proxy_split_across_ranks_logs_the_one_process_metrics():
+    from tests.helpers import thread_ranks
+
+    batch = _batch(REWARDS)
+    one, _ = _run(batch, trajectory_samples=8)
+    for got in thread_ranks(2, lambda share: _run(batch, trajectory_samples=8, share=share)[0]):
+        assert set(got) == set(one)
+        for k, v in one.items():  # the same samples and the same scores up to float rounding
+            assert got[k] == pytest.approx(v, rel=1e-5, abs=1e-6, nan_ok=True), k

@@ -202,3 +202,26 @@ def test_bf16_autocast_is_close_and_float32_out():
     lengths = torch.tensor([max(1, len(t)) for t in traces], dtype=torch.float32)[:, None]
     assert float(((half - full).abs() / lengths).max()) < 0.05  # nats per token
     assert not torch.equal(half, full)  # it did run in bf16
+
+
+@pytest.mark.parametrize("world_size", [2, 3, 6])
+def test_contexts_dealt_across_ranks_give_the_whole_matrix_on_every_rank(world_size):
+    from agentcollapse.diagnostics import shared_cross_score
+    from tests.helpers import thread_ranks
+
+    model = _tiny_llama()
+    contexts, traces = _ragged()  # 4 distinct contexts (one twice): with 6 ranks two have none
+    whole = cross_score(model, contexts, traces, batch_size=3)
+    scored: list[int] = []
+
+    def rank_scores(share):
+        def score_columns(cols):
+            scored.extend(len(c) for c in cols)
+            return cross_score(model, cols, traces, batch_size=3)
+
+        return shared_cross_score(score_columns, contexts, traces, share)
+
+    for got in thread_ranks(world_size, rank_scores):
+        # other pairs share a forward batch than in one process: equal up to float rounding
+        torch.testing.assert_close(got, whole, atol=1e-5, rtol=0)
+    assert sorted(scored) == sorted({len(c) for c in contexts}) and len(scored) == 4  # each distinct context once, on one rank

@@ -403,6 +403,10 @@ class DiagnosticsConfig:
         "float32",
         help="what the hf cross-scoring computes in: float32 | bfloat16 (autocast: ~0.5x the forward's time at SmolLM2's size on this AMX CPU; docs/performance.md gives what it costs in accuracy)",
     )
+    proxy_split: bool = opt(
+        True,
+        help="trainer=ddp|fsdp: each rank cross-scores its share of the distinct contexts and the scores are gathered (false: every rank scores the whole batch)",
+    )
     # Each (X, Z) pair is its own column, so cost grows with its square; 32 matches the first-turn
     # sampler's P x G x P pairs at P=8, G=16.
     trajectory_samples: int = opt(32, help="(context, trace) pairs the trajectory sampler draws per proxy step")

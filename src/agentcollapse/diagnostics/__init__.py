@@ -7,7 +7,7 @@ is told to skip). :mod:`.copying` finds the reasoning copied from the observatio
 
 from .collapse import BATCH_KEYS, RV_STAT_KEYS, SamplerOptions, collapse_metrics, reward_variance_stats, valid_thinking_counts
 from .copying import MIN_COPY_WORDS, copied_runs, copied_token_mask, copied_words
-from .cross_score import cross_score, naive_cross_score
+from .cross_score import ProxyShare, cross_score, naive_cross_score, shared_cross_score
 from .ema import EMA, ProxyEMAState
 from .proxy import (
     PROXY_KEYS,
@@ -43,8 +43,10 @@ __all__ = [
     "copied_runs",
     "copied_token_mask",
     "copied_words",
+    "ProxyShare",
     "cross_score",
     "naive_cross_score",
+    "shared_cross_score",
     "EMA",
     "ProxyEMAState",
     "PROXY_KEYS",

@@ -16,14 +16,14 @@ count the first-turn traces before any ``num_samples`` cap.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from agentcollapse.diagnostics.cross_score import PairMemo, ScoreFn, cross_score, sequence_cross_score
+from agentcollapse.diagnostics.cross_score import PairMemo, ProxyShare, ScoreFn, cross_score, sequence_cross_score, shared_cross_score
 from agentcollapse.diagnostics.ema import ProxyEMAState
 from agentcollapse.diagnostics.proxy import column_equivalence, proxy_metrics
 from agentcollapse.diagnostics.samplers import ProxySample, get_sampler, reasoning_ids, sampler_names, sampler_prefix
@@ -95,6 +95,7 @@ def collapse_metrics(
     skip: Collection[str] = (),
     score: ScoreFn | None = None,
     autocast: torch.dtype | None = None,
+    share: ProxyShare | None = None,
 ) -> dict[str, float]:
     """Every registered sampler's proxy metrics for one batch, named ``collapse_<name>_sample/<metric>``.
     The cross-scores come from ``model`` (cached, :func:`cross_score`), or from ``score`` where given
@@ -108,6 +109,8 @@ def collapse_metrics(
     A sample's ``token_weights`` weight the cross-score sums and set its per-token lengths
     (:meth:`ProxySample.lengths`). A (context, trace) pair that several samplers draw runs one forward
     (``cross_score``'s memo). ``autocast``: the dtype the model's cross-scoring forwards run in (None: as loaded).
+    ``share`` (data-parallel ranks): each rank cross-scores its share of the distinct contexts and the scores
+    are gathered (:func:`shared_cross_score`), so every rank returns the same metrics at 1/N of the forwards.
     """
     opts = _sampler_options(first_turn_samples, trajectory_samples, trajectory_replace, options)
     memo: PairMemo = {}  # every sampler's pairs, scored once: the nocopy samplers reweight the plain ones'
@@ -123,12 +126,18 @@ def collapse_metrics(
         out.update(_sample_stats(name, prefix, sample))
         if not sample.traces or len(sample.contexts) < 2:
             continue  # nothing to retrieve among: the metrics are undefined this step
-        if score is None:
-            logp = cross_score(
-                model, sample.contexts, sample.traces, batch_size=batch_size, weights=sample.token_weights, memo=memo, autocast=autocast
-            )
+
+        def score_columns(contexts: list[Sequence[int]], sample: ProxySample = sample) -> torch.Tensor:
+            if score is None:
+                return cross_score(
+                    model, contexts, sample.traces, batch_size=batch_size, weights=sample.token_weights, memo=memo, autocast=autocast
+                )
+            return sequence_cross_score(score, contexts, sample.traces, weights=sample.token_weights, memo=memo)
+
+        if share is None or share.world_size == 1:
+            logp = score_columns(list(sample.contexts))
         else:
-            logp = sequence_cross_score(score, sample.contexts, sample.traces, weights=sample.token_weights, memo=memo)
+            logp = shared_cross_score(score_columns, sample.contexts, sample.traces, share)
         metrics = _proxy_with_ema(logp, sample, emas.setdefault(prefix, ProxyEMAState(decay=0.9)))
         out.update({f"{prefix}/{k}": float(v) for k, v in metrics.items()})
     return out

@@ -17,6 +17,8 @@ token, only the sum leaves some out.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -24,7 +26,7 @@ from agentcollapse.models.continuations import PairMemo, continuation_logprobs
 from agentcollapse.models.hf import eval_no_grad, model_device
 from agentcollapse.models.logprobs import token_logprobs
 
-__all__ = ["PairMemo", "cross_score", "naive_cross_score", "sequence_cross_score"]
+__all__ = ["PairMemo", "ProxyShare", "cross_score", "naive_cross_score", "sequence_cross_score", "shared_cross_score"]
 
 ScoreFn = Callable[[list[list[int]]], list[list[float]]]
 """Log-probs of every token of each sequence after its first (an inference engine's ``score``)."""
@@ -183,3 +185,42 @@ def sequence_cross_score(
         tok_lp = memo[keys[(r, c)]]
         result[r, c] = tok_lp.sum() if token_weights is None else (tok_lp * torch.tensor(token_weights[r], dtype=torch.float32)).sum()
     return result
+
+
+# ----------------------------------------------------------------------------------------------
+# the cross-scores dealt across ranks
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProxyShare:
+    """How the cross-scoring is split across the ranks of a data-parallel run (every rank holds the same
+    batch and draws the same samples). The process group's functions come in from the caller, so this
+    layer stays free of it."""
+
+    rank: int
+    world_size: int
+    gather: Callable[[Any], list[Any]]  # every rank's object, in rank order
+    deal: Callable[[Sequence[float], int], list[list[int]]]  # item indices per rank by cost, the same on every rank
+
+
+def shared_cross_score(
+    score_columns: Callable[[list[Sequence[int]]], torch.Tensor],
+    contexts: Sequence[Sequence[int]],
+    traces: Sequence[Sequence[int]],
+    share: ProxyShare,
+) -> torch.Tensor:
+    """The ``[R, C]`` cross-scores with the distinct contexts dealt across ranks: each rank scores every trace
+    under its share (``score_columns(contexts)`` -> ``[R, len(contexts)]``, e.g. :func:`cross_score` on those
+    columns), and the shares are gathered into the whole matrix on every rank. A context's cost is its length
+    (each column runs the same traces on top of it), so the deal balances the context forwards. The values are
+    the single-process ones up to float rounding (other pairs share a forward batch)."""
+    _check_contexts(contexts)
+    uniq, col_to_uniq = _unique_contexts(contexts)
+    mine = share.deal([float(len(ctx)) for ctx in uniq], share.world_size)[share.rank]
+    part = score_columns([uniq[u] for u in mine]) if mine else torch.zeros((len(traces), 0), dtype=torch.float32)
+    uniq_scores = torch.zeros((len(traces), len(uniq)), dtype=torch.float32)
+    for owned, scores in share.gather((mine, part)):
+        if owned:
+            uniq_scores[:, owned] = scores
+    return uniq_scores[:, col_to_uniq]

@@ -16,7 +16,8 @@ import torch
 
 import lightning as L
 from agentcollapse.config import RunConfig
-from agentcollapse.diagnostics import ProxyEMAState, collapse_metrics, reward_variance_stats, sampler_names, sampler_prefix
+from agentcollapse.diagnostics import ProxyEMAState, ProxyShare, collapse_metrics, reward_variance_stats, sampler_names, sampler_prefix
+from agentcollapse.lightning import distributed
 from agentcollapse.lightning.hooks import HookResult
 from agentcollapse.rollout.batch import RolloutBatch
 
@@ -35,11 +36,13 @@ class CollapseDiagnostics(L.Callback):
         skip_samplers: tuple[str, ...] = (),
         engine: str = "hf",
         proxy_dtype: str = "float32",
+        split: bool = True,
     ) -> None:
         self.compute_freq = compute_freq
         self.engine = engine  # who cross-scores: the trainer's model (hf) or the rollout engine (vllm)
         self.autocast = None if proxy_dtype == "float32" else getattr(torch, proxy_dtype)
         self.batch_size = batch_size
+        self.split = split  # data-parallel ranks each cross-score a share of the contexts
         self.trajectory_samples = trajectory_samples
         self.first_turn_samples = first_turn_samples
         self.trajectory_replace = trajectory_replace
@@ -60,6 +63,7 @@ class CollapseDiagnostics(L.Callback):
             skip_samplers=tuple(d.skip_samplers),
             engine=d.proxy_engine,
             proxy_dtype=d.proxy_dtype,
+            split=d.proxy_split,
         )
 
     def due(self, step: int) -> bool:
@@ -69,6 +73,8 @@ class CollapseDiagnostics(L.Callback):
         out = reward_variance_stats(batch)
         if self.due(step):
             started = time.perf_counter()
+            rank, size = distributed.world()
+            share = ProxyShare(rank, size, distributed.gather_objects, distributed.deal_evenly) if self.split and size > 1 else None
             out.update(
                 collapse_metrics(
                     module.policy.decoding_model(),  # the folded-LoRA copy: same policy, no adapter overhead
@@ -83,6 +89,7 @@ class CollapseDiagnostics(L.Callback):
                     skip=self.skip_samplers,
                     score=module.rollout_engine().score if self.engine == "vllm" else None,
                     autocast=self.autocast,
+                    share=share,
                 )
             )
             out["perf/collapse_time_s"] = time.perf_counter() - started
