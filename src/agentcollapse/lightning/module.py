@@ -13,6 +13,7 @@ the phase (``distributed.whole_weights``).
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -37,7 +38,7 @@ from agentcollapse.progress import peak_rss_mib
 from agentcollapse.rollout.batch import RolloutBatch
 from agentcollapse.rollout.runner import collect_rollouts, rollout_metrics
 from agentcollapse.rollout.sequences import build_sequences, collate
-from agentcollapse.rollout.vllm_engine import VLLMEngine, engine_settings
+from agentcollapse.rollout.vllm_engine import VLLMEngine, cpu_core_share, engine_settings
 
 log = logging.getLogger("agentcollapse")
 
@@ -119,8 +120,12 @@ class AgentRLModule(L.LightningModule):
         # Started before training, so an engine that cannot start stops the run with its one line.
         if self.cfg.rollout.engine == "vllm" and self.engine is None:
             started = time.perf_counter()
-            self.engine = VLLMEngine(self.policy.source_dir, engine_settings(self.cfg.rollout.vllm), seed=self.cfg.seed)
-            log.info("vLLM engine started in %.1fs", time.perf_counter() - started)
+            _, size = distributed.world()
+            cores = None  # one process: vLLM binds its own threads
+            if size > 1 and not torch.cuda.is_available():  # an engine per rank, each on cores of its own
+                cores = cpu_core_share(sorted(os.sched_getaffinity(0)), self.trainer.local_rank, self.trainer.num_devices)
+            self.engine = VLLMEngine(self.policy.source_dir, engine_settings(self.cfg.rollout.vllm), seed=self.cfg.seed, cpu_cores=cores)
+            log.info("vLLM engine started in %.1fs%s", time.perf_counter() - started, f" on cores {cores}" if cores else "")
 
     def teardown(self, stage: str) -> None:
         if self.engine is not None:

@@ -17,6 +17,11 @@ the engine evaluated, scored or rolled out something sharing a prefix before it 
 one run and read from the shared store in another). The engine's log-probs are the raw
 model's (before temperature), as the trainer's are; they differ from the trainer's by the engine's
 numeric path (bf16, other kernels), which ``algorithm.rollout_correction`` can correct for.
+
+Under ``trainer=ddp|fsdp`` every rank starts its own engine (TRL's colocate mode, verl's hybrid engine) and
+decodes its block of groups: vLLM builds its groups inside the trainer's process group (each rank its own
+tensor-parallel group of one), and on CPU each rank's engine is bound to its own cores
+(:func:`cpu_core_share`), as two engines on the same cores would thrash.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import torch
 from agentcollapse.errors import UserError
 from agentcollapse.seeds import capture_rng_state, restore_rng_state
 
-__all__ = ["ENGINES", "EngineSettings", "VLLMEngine", "engine_settings", "vllm_version"]
+__all__ = ["ENGINES", "EngineSettings", "VLLMEngine", "cpu_core_share", "engine_settings", "vllm_version"]
 
 ENGINES = ("hf", "vllm")
 log = logging.getLogger("agentcollapse")
@@ -77,9 +82,16 @@ class EngineSettings:
 class VLLMEngine:
     """One ``vllm.LLM`` serving the policy's weights; see the module docstring."""
 
-    def __init__(self, model_dir: str | os.PathLike, settings: EngineSettings, seed: int) -> None:
+    def __init__(self, model_dir: str | os.PathLike, settings: EngineSettings, seed: int, cpu_cores: str | None = None) -> None:
+        """``cpu_cores`` (CPU): the cores the engine's threads are bound to (vLLM's ``VLLM_CPU_OMP_THREADS_BIND``,
+        e.g. ``"1"`` or ``"0-3"``; :func:`cpu_core_share` gives a rank's); None: vLLM's own choice."""
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in this process: weights are pushed, not sent
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its start-up INFO lines would bury the run's progress
+        if cpu_cores is not None:
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_cores
+        # A trainer's process group (ddp/fsdp) exists before the engine: vLLM builds its groups inside it and
+        # must leave it standing at close; one it set up itself it tears down.
+        self.owns_process_group = not (torch.distributed.is_available() and torch.distributed.is_initialized())
         cuda = torch.cuda.is_available()
         try:
             from vllm import LLM
@@ -234,7 +246,11 @@ class VLLMEngine:
         if getattr(self, "llm", None) is not None:
             self.llm.llm_engine.engine_core.shutdown()
             self.llm = None
-            cleanup_dist_env_and_memory()
+            if self.owns_process_group:
+                cleanup_dist_env_and_memory()
+            else:
+                with _default_group_kept():
+                    cleanup_dist_env_and_memory()
 
     def to_sleep(self) -> None:
         """CUDA: release the engine's memory for the update (level 1 keeps the weights in CPU memory)."""
@@ -246,6 +262,42 @@ class VLLMEngine:
         if self.asleep:
             self.llm.wake_up()
             self.asleep = False
+
+
+@contextmanager
+def _default_group_kept() -> Iterator[None]:
+    """vLLM's cleanup destroys the default process group with its own: keep the trainer's (the ranks still
+    gather and tear down through it), destroying only the groups vLLM created."""
+    dist = torch.distributed
+    destroy = dist.destroy_process_group
+
+    def destroy_all_but_default(group: object = None) -> None:
+        if group is not None:
+            destroy(group)
+
+    dist.destroy_process_group = destroy_all_but_default
+    try:
+        yield
+    finally:
+        dist.destroy_process_group = destroy
+
+
+def cpu_core_share(cores: Sequence[int], local_rank: int, local_world: int) -> str:
+    """The block of ``cores`` (this process's CPU cores) whose threads local rank ``local_rank`` of ``local_world``
+    binds its engine to, as vLLM's ``VLLM_CPU_OMP_THREADS_BIND`` reads it (``"0-1"``, ``"3"``): contiguous blocks
+    differing in size by at most one core."""
+    cores = sorted(cores)
+    if local_world > len(cores):
+        raise UserError(
+            f"{local_world} ranks on this node with rollout.engine=vllm but {len(cores)} CPU cores: each engine needs a core of "
+            "its own; use trainer.devices <= the cores, or rollout.engine=hf"
+        )
+    base, extra = divmod(len(cores), local_world)
+    start = local_rank * base + min(local_rank, extra)
+    block = cores[start : start + base + (1 if local_rank < extra else 0)]
+    if block == list(range(block[0], block[-1] + 1)):
+        return f"{block[0]}-{block[-1]}" if len(block) > 1 else str(block[0])
+    return ",".join(map(str, block))
 
 
 def engine_settings(cfg: object) -> EngineSettings:

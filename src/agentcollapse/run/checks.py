@@ -17,6 +17,7 @@ names the fix.
 
 from __future__ import annotations
 
+import os
 from dataclasses import fields
 
 from omegaconf import DictConfig
@@ -73,10 +74,30 @@ def validate(cfg: RunConfig) -> None:
     one_of("diagnostics.proxy_engine", cfg.diagnostics.proxy_engine, ENGINES)
     if cfg.diagnostics.proxy_engine == "vllm" and cfg.rollout.engine != "vllm":
         raise UserError("diagnostics.proxy_engine=vllm scores with the rollout engine: set rollout.engine=vllm too, or proxy_engine=hf")
-    if cfg.rollout.engine == "vllm" and cfg.trainer.devices * cfg.trainer.num_nodes > 1:
+    if cfg.rollout.engine == "vllm" and cfg.trainer.devices > 1:
+        _check_engines_per_node(cfg)
+
+
+def _check_engines_per_node(cfg: RunConfig) -> None:
+    """``trainer.devices`` ranks on a node each start a vLLM engine: on CPU each needs cores of its own and
+    its KV cache (``rollout.vllm.kv_cache_gib``) beside its trainer. (On GPUs each rank has its device, and
+    ``gpu_memory_utilization`` is a share of that one; Lightning refuses more ranks than devices.)"""
+    import torch
+
+    if cfg.trainer.accelerator not in ("cpu", "auto") or (cfg.trainer.accelerator == "auto" and torch.cuda.is_available()):
+        return
+    n, cores = cfg.trainer.devices, len(os.sched_getaffinity(0))
+    if n > cores:
         raise UserError(
-            "rollout.engine=vllm runs in one training process for now (one engine per rank is not built); "
-            "use trainer.devices=1, or rollout.engine=hf with ddp/fsdp"
+            f"trainer.devices={n} ranks with rollout.engine=vllm on {cores} CPU cores: each rank's engine needs a core of its own; "
+            f"use trainer.devices<={cores}, or rollout.engine=hf"
+        )
+    ram_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    if n * cfg.rollout.vllm.kv_cache_gib > ram_gib / 2:
+        raise UserError(
+            f"{n} vLLM engines x rollout.vllm.kv_cache_gib={cfg.rollout.vllm.kv_cache_gib} = {n * cfg.rollout.vllm.kv_cache_gib:g} GiB of KV cache "
+            f"leaves under half of this machine's {ram_gib:.0f} GiB to the {n} trainers: lower rollout.vllm.kv_cache_gib "
+            f"(<= {ram_gib / 2 / n:.1f}) or trainer.devices"
         )
 
 
