@@ -1,5 +1,6 @@
 """GPU smoke check: a few iterations of model=smollm2-135m on 1 GPU, with the transformers and with the
-vLLM rollout engine, then DDP and FSDP on every visible GPU; with ``--qwen-path`` the same FSDP run
+vLLM rollout engine, then DDP and FSDP on every visible GPU, each with the transformers and with a vLLM engine
+per rank; with ``--qwen-path`` the same FSDP run
 with the Qwen2.5-3B preset on those weights, and a 1-GPU run of it with vLLM.
 
     python -m scripts.gpu_check [--steps 3] [--qwen-path DIR] [key=value overrides ...]   (or `make gpu-check`)
@@ -39,6 +40,9 @@ def phases(num_gpus: int, qwen_path: str | None = None, vllm: bool = True) -> tu
     if num_gpus >= 2:
         runs.append((f"smollm2 ddp x{num_gpus}", ["trainer=ddp", f"trainer.devices={num_gpus}"]))
         runs.append((f"smollm2 fsdp x{num_gpus}", ["trainer=fsdp", f"trainer.devices={num_gpus}"]))
+        if vllm:  # an engine per rank, each decoding its block of groups and sleeping during the update
+            runs.append((f"smollm2 ddp x{num_gpus} vllm", ["trainer=ddp", f"trainer.devices={num_gpus}", "rollout.engine=vllm"]))
+            runs.append((f"smollm2 fsdp x{num_gpus} vllm", ["trainer=fsdp", f"trainer.devices={num_gpus}", "rollout.engine=vllm"]))
     else:
         notes.append("ddp, fsdp: skipped (need >= 2 visible GPUs)")
     if qwen_path:

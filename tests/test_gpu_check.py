@@ -33,6 +33,9 @@ def test_phases_follow_the_gpu_count_and_the_qwen_path(gpu_check):
     many, notes = gpu_check.phases(4, "/weights/qwen")
     assert ["trainer=ddp", "trainer.devices=4"] in [args for _, args in many]
     assert ["trainer=fsdp", "trainer.devices=4"] in [args for _, args in many]
+    assert ["trainer=ddp", "trainer.devices=4", "rollout.engine=vllm"] in [args for _, args in many]  # an engine per rank
+    assert ["trainer=fsdp", "trainer.devices=4", "rollout.engine=vllm"] in [args for _, args in many]
+    assert not any("vllm" in label for label, _ in gpu_check.phases(4, vllm=False)[0])
     assert ["model=qwen2.5-3b", "model.path=/weights/qwen", "trainer=fsdp", "trainer.devices=4"] in [args for _, args in many]
     assert ["model=qwen2.5-3b", "model.path=/weights/qwen", "trainer.devices=1", "rollout.engine=vllm"] in [args for _, args in many]
     assert not notes
