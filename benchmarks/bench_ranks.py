@@ -1,0 +1,101 @@
+"""Two data-parallel ranks, each with its own vLLM engine, against one process; the MI proxy with and without
+its split across the ranks (issue 59).
+
+    python -m benchmarks.bench_ranks [--repeats 2] [--steps 3] [overrides ...]   (or `make bench-ranks`)
+
+Each arm is an ``agentcollapse train`` of SmolLM2-135M (warm-started on FrozenLake, as section 10's runs) with
+``rollout.engine=vllm``, P=4 x G=4, the MI proxy at every step; arms alternate (ABBA) over ``--repeats``
+rounds. Arms: one process on one thread (its engine bound to core 0); one process on two threads (the same cores as two ranks); two gloo
+ranks (``trainer=ddp``) on one thread and one core each, with the proxy's cross-scoring dealt across them
+(``diagnostics.proxy_split=true``, the default) and without. Per phase (rollout, scoring, update, proxy,
+step), the median over steps 2.. of every round (step 1 pays one-off costs). A rank's phase time is rank 0's,
+which includes waiting for the other at each gather.
+
+Writes ``benchmarks/results/ranks.json`` and ``.md``. Not a test: numbers go in ``docs/performance.md``.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import (
+    PHASES,
+    ROOT,
+    alternating,
+    bench_parser,
+    measured_train,
+    median,
+    save_markdown,
+    save_result,
+    timed_run_overrides,
+)
+
+ARMS = {
+    "1 process, 1 thread": ["trainer.devices=1", "trainer.num_threads=1"],
+    "1 process, 2 threads": ["trainer.devices=1", "trainer.num_threads=2"],
+    "2 ranks, proxy split": ["trainer=ddp", "trainer.devices=2", "trainer.num_threads=1", "diagnostics.proxy_split=true"],
+    "2 ranks, proxy whole": ["trainer=ddp", "trainer.devices=2", "trainer.num_threads=1", "diagnostics.proxy_split=false"],
+}
+THREADS = {"1 process, 2 threads": 2}  # the process's OMP threads; every other arm runs one a process
+# vLLM binds an engine's threads itself: one process's engine to every core, unless told (two ranks bind one each)
+ENGINE_CORES = {"1 process, 1 thread": "0", "1 process, 2 threads": "0-1"}
+
+
+def base_overrides(steps: int) -> list[str]:
+    return [
+        "model=smollm2-135m",
+        "env=frozenlake",
+        "rollout.engine=vllm",
+        "rollout.vllm.kv_cache_gib=1",
+        "rollout.num_prompts=4",
+        "rollout.group_size=4",
+        "diagnostics.compute_freq=1",
+        *timed_run_overrides(steps, 1),
+    ]
+
+
+def phase_medians(rows: Any) -> dict[str, list[float]]:
+    later = rows[rows["step"] >= 2]
+    return {name: later[col].dropna().tolist() if col in later else [] for name, col in PHASES.items()}
+
+
+def main() -> None:
+    ap = bench_parser(__doc__, repeats=2, repeats_help="rounds of every arm (ABBA)")
+    ap.add_argument("--steps", type=int, default=3, help="RL iterations per run; steps 2.. are timed")
+    args = ap.parse_args()
+    base = [*base_overrides(args.steps), *args.overrides]
+    times: dict[str, dict[str, list[float]]] = {arm: {name: [] for name in PHASES} for arm in ARMS}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, (rep, arm) in enumerate(alternating(list(ARMS), args.repeats, swap=True)):
+            os.environ.pop("VLLM_CPU_OMP_THREADS_BIND", None)
+            os.environ.update({"VLLM_CPU_OMP_THREADS_BIND": ENGINE_CORES[arm]} if arm in ENGINE_CORES else {})
+            rows, _ = measured_train(ROOT / "src", [*base, *ARMS[arm]], Path(tmp) / f"run{k}", THREADS.get(arm, 1))
+            for name, values in phase_medians(rows).items():
+                times[arm][name] += values
+            print(f"round {rep} {arm}: step {median(phase_medians(rows)['step']):.2f} s", flush=True)
+    table = {arm: {name: median(v) for name, v in phases.items()} for arm, phases in times.items()}
+    save_result("ranks", {"config": base, "arms": ARMS, "repeats": args.repeats, "rows": table, "samples": times}, args.out)
+    ref = table["1 process, 1 thread"]
+    cols = list(PHASES)
+    lines = [
+        f"# Two ranks with a vLLM engine each vs one process (SmolLM2-135M, FrozenLake, P=4 x G=4, proxy every step; "
+        f"medians of steps 2..{args.steps} over {args.repeats} rounds)",
+        "",
+        "| arm | " + " | ".join(f"{c} (s)" for c in cols) + " | step / 1 process, 1 thread | proxy / 1 process, 1 thread |",
+        "|---|" + "---|" * len(cols) + "---|---|",
+    ]
+    for arm, r in table.items():
+        lines.append(
+            f"| {arm} | "
+            + " | ".join(f"{r[c]:.2f}" for c in cols)
+            + f" | {r['step'] / ref['step']:.2f} | {r['proxy'] / ref['proxy']:.2f} |"
+        )
+    save_markdown("ranks", lines, args.out)
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
