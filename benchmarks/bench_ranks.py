@@ -4,7 +4,7 @@ its split across the ranks (issue 59).
     python -m benchmarks.bench_ranks [--repeats 2] [--steps 3] [overrides ...]   (or `make bench-ranks`)
 
 Each arm is an ``agentcollapse train`` of SmolLM2-135M (warm-started on FrozenLake, as section 10's runs) with
-``rollout.engine=vllm``, P=4 x G=4, the MI proxy at every step; arms alternate (ABBA) over ``--repeats``
+``rollout.engine=vllm``, P=4 x G=2, the MI proxy at every step; arms alternate (ABBA) over ``--repeats``
 rounds. Arms: one process on one thread (its engine bound to core 0); one process on two threads (the same cores as two ranks); two gloo
 ranks (``trainer=ddp``) on one thread and one core each, with the proxy's cross-scoring dealt across them
 (``diagnostics.proxy_split=true``, the default) and without. Per phase (rollout, scoring, update, proxy,
@@ -21,6 +21,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
+from agentcollapse.analysis.markdown import md_table
 from benchmarks.common import (
     PHASES,
     ROOT,
@@ -51,7 +54,7 @@ def base_overrides(steps: int) -> list[str]:
         "rollout.engine=vllm",
         "rollout.vllm.kv_cache_gib=1",
         "rollout.num_prompts=4",
-        "rollout.group_size=4",
+        "rollout.group_size=2",
         "diagnostics.compute_freq=1",
         *timed_run_overrides(steps, 1),
     ]
@@ -79,20 +82,23 @@ def main() -> None:
     table = {arm: {name: median(v) for name, v in phases.items()} for arm, phases in times.items()}
     save_result("ranks", {"config": base, "arms": ARMS, "repeats": args.repeats, "rows": table, "samples": times}, args.out)
     ref = table["1 process, 1 thread"]
-    cols = list(PHASES)
+    frame = pd.DataFrame(
+        [
+            {
+                "arm": arm,
+                **{f"{c} (s)": f"{r[c]:.2f}" for c in PHASES},
+                "step / 1 process, 1 thread": f"{r['step'] / ref['step']:.2f}",
+                "proxy / 1 process, 1 thread": f"{r['proxy'] / ref['proxy']:.2f}",
+            }
+            for arm, r in table.items()
+        ]
+    )
     lines = [
-        f"# Two ranks with a vLLM engine each vs one process (SmolLM2-135M, FrozenLake, P=4 x G=4, proxy every step; "
+        f"# Two ranks with a vLLM engine each vs one process (SmolLM2-135M, FrozenLake, P=4 x G=2, proxy every step; "
         f"medians of steps 2..{args.steps} over {args.repeats} rounds)",
         "",
-        "| arm | " + " | ".join(f"{c} (s)" for c in cols) + " | step / 1 process, 1 thread | proxy / 1 process, 1 thread |",
-        "|---|" + "---|" * len(cols) + "---|---|",
+        md_table(frame),
     ]
-    for arm, r in table.items():
-        lines.append(
-            f"| {arm} | "
-            + " | ".join(f"{r[c]:.2f}" for c in cols)
-            + f" | {r['step'] / ref['step']:.2f} | {r['proxy'] / ref['proxy']:.2f} |"
-        )
     save_markdown("ranks", lines, args.out)
     print("\n".join(lines))
 
