@@ -146,7 +146,7 @@ def main() -> None:
         "--variant", default=DEFAULT_VARIANT, help="name of the lever the overrides apply (a row of its own); 'default' = as shipped"
     )
     ap.add_argument("overrides", nargs="*", help="Hydra overrides for every cell")
-    args = ap.parse_args()
+    args = ap.parse_intermixed_args()  # overrides may come before and after the flags
     path = RESULTS / "headroom.json"
     rows = kept_rows(path, {(p, e, args.variant) for p in args.policies for e in args.envs}, cell_key)
     for policy_name in args.policies:
