@@ -68,9 +68,10 @@ def _batch(rewards, blank=()) -> RolloutBatch:
 REWARDS = [[1.0, 1.0, 1.0, 1.0], [0.0, 1.0, 0.0, 0.0], [1.0, 0.0, 0.5, 0.0]]
 
 
-def _run(batch, emas=None, rng_seed=0, **kw):
+def _run(batch, emas=None, rng_seed=0, model=None, **kw):
     emas = {} if emas is None else emas
-    return collapse_metrics(_model(), WordTokenizer(), batch, emas, np.random.default_rng(rng_seed), 8, **kw), emas
+    model = _model() if model is None else model
+    return collapse_metrics(model, WordTokenizer(), batch, emas, np.random.default_rng(rng_seed), 8, **kw), emas
 
 
 def test_every_sampler_and_the_batch_keys():
@@ -154,9 +155,9 @@ def test_samplers_share_their_pairs_forwards():
 def test_the_proxy_split_across_ranks_logs_the_one_process_metrics():
     from tests.helpers import thread_ranks
 
-    batch = _batch(REWARDS)
-    one, _ = _run(batch, trajectory_samples=8)
-    for got in thread_ranks(2, lambda share: _run(batch, trajectory_samples=8, share=share)[0]):
+    batch, model = _batch(REWARDS), _model()  # built here: threads seeding torch's one global RNG race
+    one, _ = _run(batch, trajectory_samples=8, model=model)
+    for got in thread_ranks(2, lambda share: _run(batch, trajectory_samples=8, share=share, model=model)[0]):
         assert set(got) == set(one)
         for k, v in one.items():  # the same samples and the same scores up to float rounding
             assert got[k] == pytest.approx(v, rel=1e-5, abs=1e-6, nan_ok=True), k
