@@ -117,7 +117,7 @@ bench-rollout: $(STAMP) ## rollout tokens/s and warm-start held-out success
 bench-engines: $(STAMP) ## rollout engines side by side on SmolLM2, P=8 x G=8: transformers generate vs vLLM (tokens/s, rollout phase)
 	@$(call run,$(BIN)/python -m benchmarks.bench_engines $(ARGS))
 
-bench-learning: $(STAMP) ## it learns: held-out success before/after RL, 3 seeds, each algorithm
+bench-learning: $(STAMP) ## it learns: held-out success before/after RL, 3 seeds, each algorithm (ARGS="--envs sokoban,math --diagnostics": a row per env)
 	@$(call run,$(BIN)/python -m benchmarks.bench_learning $(ARGS))
 
 bench-warm-start: $(STAMP) ## a real model's warm start (model=smollm2-135m): held-out success and format before/after, build time (~1 h on 2 cores)
