@@ -108,6 +108,15 @@ CASES = {
         ["rollout.engine=vllm", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "rollout.vllm.kv_cache_gib=100000"],
         ["2 vLLM engines x rollout.vllm.kv_cache_gib=100000", "lower rollout.vllm.kv_cache_gib"],
     ),
+    "negative staleness bound": (["rollout.max_staleness=-1"], ["rollout.max_staleness=-1 must be an integer >= 0"]),
+    "async rollouts without an engine to overlap": (
+        ["rollout.max_staleness=1"],
+        ["rollout.max_staleness=1", "rollout.engine=hf", "nothing can overlap", "set rollout.engine=vllm"],
+    ),
+    "async rollouts under dynamic sampling": (
+        ["rollout.engine=vllm", "rollout.max_staleness=2", "algorithm=dapo"],
+        ["algorithm=dapo's dynamic sampling", "algorithm.dynamic_sampling=false", "rollout.max_staleness=0"],
+    ),
     "MI proxy through an engine that is off": (["diagnostics.proxy_engine=vllm"], ["diagnostics.proxy_engine=vllm", "rollout.engine=vllm"]),
     "unknown MI proxy dtype": (["diagnostics.proxy_dtype=fp8"], ["unknown diagnostics.proxy_dtype 'fp8'", "bfloat16"]),
     "unknown rollout correction": (["algorithm.rollout_correction=is"], ["unknown algorithm.rollout_correction 'is'", "token_tis"]),

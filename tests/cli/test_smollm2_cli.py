@@ -112,3 +112,32 @@ def test_a_vllm_engine_per_ddp_rank_gives_the_one_process_run_and_resumes_to_it(
     pd.testing.assert_frame_equal(one[proxy], two[proxy], check_exact=False, rtol=1e-3, atol=1e-4)
     pd.testing.assert_series_equal(one["actor/grad_norm"], two["actor/grad_norm"], check_exact=False, rtol=1e-5)
     assert "on cores 0" in (run_dir / "train.log").read_text()  # rank 0's engine, bound to its own core
+
+
+@pytest.mark.slow
+def test_rollouts_decoded_one_update_behind_train_and_resume(one_process_runs, tmp_path, cache_dir):
+    """rollout.max_staleness=1: a thread decodes the next iteration's batch on the engine while the trainer
+    updates, from weights one update behind. Iteration 1's batch comes from the weights it updates, as in
+    the synchronous run, so that iteration equals the synchronous run's (the update ran beside the next
+    decode: concurrency changes none of its numbers); later batches are logged one version behind.
+    Interrupted (SIGTERM) after its first checkpoint, with a batch in flight, and resumed: the run finishes,
+    the first batch after the resume decoded from the resumed weights (staleness 0)."""
+    run_dir = tmp_path / "async" / "run"
+    lagged = (*COMMON, "rollout.max_staleness=1", "trainer.checkpoint_every=1")
+    run_dir.parent.mkdir(parents=True)
+    proc = start_and_wait(run_dir, cache_dir, 1, *lagged, timeout=400)
+    proc.send_signal(signal.SIGTERM)  # stops at the end of the iteration; the producer's batch in flight is dropped
+    proc.wait(timeout=300)
+    assert summary(run_dir)["status"] == "interrupted", summary(run_dir)
+    with (run_dir.parent / "stderr.txt").open("w") as err:
+        resumed = subprocess.Popen(train_cmd(run_dir, cache_dir, *lagged, "resume=true"), cwd=run_dir.parent, env=cli_env(), stderr=err)
+    finish(run_dir, resumed)
+    sync, lag = metrics(one_process_runs[0]), metrics(run_dir)
+    assert lag["step"].tolist() == list(range(1, STEPS + 1))
+    staleness = lag["rollout/staleness_max"].tolist()
+    assert staleness[0] == 0 and max(staleness) == 1 and staleness.count(0.0) == 2, staleness  # 0 at the start and the resume
+    assert (lag["rollout/staleness_mean"] == lag["rollout/staleness_max"]).all()  # one batch, one version
+    first = [c for c in sync.columns if not c.startswith("perf/") and c != "actor/grad_norm"]
+    pd.testing.assert_frame_equal(sync[first].iloc[:1], lag[first].iloc[:1], check_exact=True)
+    assert lag["actor/grad_norm"].iloc[0] == pytest.approx(sync["actor/grad_norm"].iloc[0], rel=1e-6)
+    assert "rollouts overlap the update" in (run_dir / "train.log").read_text()

@@ -252,10 +252,15 @@ class RolloutConfig:
         help="what each turn's context shows: full (every past turn; one training sequence per trajectory) | window (the last rollout.context_turns past turns; re-rendered once where the window moves, which starts a new training sequence) | single_turn (the system prompt and the current user message only; one sequence per turn)",
     )
     context_turns: int = opt(0, help="rollout.context=window: how many past turns (observation and response) each context shows (>= 1)")
+    max_staleness: int = opt(
+        0,
+        help="rollout.engine=vllm: decode the next iterations' batches while the trainer updates, each from weights exactly this many updates behind the one that trains on it (0: synchronous)",
+    )
 
     def validate(self) -> None:
         for key in ("num_prompts", "group_size", "max_new_tokens", "generation_batch_size"):
             _at_least(f"rollout.{key}", getattr(self, key), 1)
+        _at_least("rollout.max_staleness", self.max_staleness, 0)
         _one_of("rollout.context", self.context, ("full", "window", "single_turn"))
         if self.context == "window" and (
             isinstance(self.context_turns, bool) or not isinstance(self.context_turns, int) or self.context_turns < 1

@@ -36,6 +36,7 @@ from agentcollapse.models.policy import Policy
 from agentcollapse.models.value_head import ValueHead
 from agentcollapse.progress import peak_rss_mib
 from agentcollapse.rollout.batch import RolloutBatch
+from agentcollapse.rollout.producer import RolloutProducer, behind
 from agentcollapse.rollout.runner import collect_rollouts, rollout_metrics
 from agentcollapse.rollout.sequences import build_sequences, collate
 from agentcollapse.rollout.vllm_engine import VLLMEngine, cpu_core_share, engine_settings
@@ -63,6 +64,10 @@ class AgentRLModule(L.LightningModule):
         self.last_metrics: dict[str, float] = {}  # the latest iteration's metrics (progress lines read them)
         self.engine: VLLMEngine | None = None  # rollout.engine=vllm, started at fit start
         self.engine_stale = True  # the engine's weights are not the policy's: pushed before its next rollout
+        # rollout.max_staleness > 0: the thread decoding the coming iterations (rollout.producer), started at
+        # the first iteration; engine_held: this thread holds the producer's engine lock for a phase
+        self.producer: RolloutProducer | None = None
+        self.engine_held = False
         # algorithm.update_dtype: the dtype the sequence forwards autocast to (None: the weights' own)
         self.update_autocast = None if cfg.algorithm.update_dtype == "float32" else getattr(torch, cfg.algorithm.update_dtype)
 
@@ -128,6 +133,10 @@ class AgentRLModule(L.LightningModule):
             log.info("vLLM engine started in %.1fs%s", time.perf_counter() - started, f" on cores {cores}" if cores else "")
 
     def teardown(self, stage: str) -> None:
+        if self.producer is not None:  # first: it decodes on the engine
+            self.release_engine()  # a phase that raised may still hold it
+            self.producer.close()
+            self.producer = None
         if self.engine is not None:
             self.engine.close()
             self.engine = None
@@ -135,11 +144,76 @@ class AgentRLModule(L.LightningModule):
     def rollout_engine(self) -> VLLMEngine | None:
         """The vLLM engine serving the policy's current weights (None: rollouts decode with transformers).
         The LoRA-folded weights are pushed lazily, before the first rollout after a change (the start,
-        a restored checkpoint, an optimizer step)."""
-        if self.engine is not None and self.engine_stale:
+        a restored checkpoint, an optimizer step). With a producer decoding beside the trainer, the engine
+        is this thread's until ``release_engine`` (the phase's end), and serves the current version meanwhile."""
+        if self.engine is None:
+            return None
+        if self.producer is not None:
+            if not self.engine_held:
+                self.producer.lock.acquire()
+                self.engine_held = True
+            if self.producer.loaded != self.iteration:
+                self.engine.load_weights(folded_lora_weights(self.model), dict(base_model(self.model).named_parameters()))
+                self.producer.serves(self.iteration)
+            return self.engine
+        if self.engine_stale:
             self.engine.load_weights(folded_lora_weights(self.model), dict(base_model(self.model).named_parameters()))
             self.engine_stale = False
         return self.engine
+
+    def release_engine(self) -> None:
+        """Hand the engine back to the producer after a phase that used it (evaluation, the MI proxy)."""
+        if self.engine_held:
+            self.engine_held = False
+            self.producer.lock.release()
+
+    def engine_weights(self) -> list[tuple[str, torch.Tensor]]:
+        """The policy's current weights as the engine loads them, copied (the producer loads them later,
+        after more optimizer steps)."""
+        return self.engine.weights_to_load(folded_lora_weights(self.model), dict(base_model(self.model).named_parameters()), copy=True)
+
+    def start_producer(self) -> None:
+        """``rollout.max_staleness`` > 0: decode the coming iterations beside the updates (``rollout.producer``),
+        from the version this run starts at."""
+        r = self.cfg.rollout
+
+        def decode(step: int) -> tuple[RolloutBatch, dict[str, float]]:
+            iteration = step - 1
+            sample_seed = seeds.rollout_sample_seed(self.cfg.seed, iteration)
+            return self.local_rollout(self.train_env_seeds(iteration), r.group_size, r.temperature, sample_seed, self.engine)
+
+        with distributed.whole_weights(self):
+            base_weights = self.engine_weights()
+        self.producer = RolloutProducer(
+            decode,
+            lambda _version, weights: self.engine.load_prepared(weights),
+            self.iteration,
+            self.cfg.trainer.max_steps,
+            r.max_staleness,
+            base_weights,
+        )
+        log.info("rollouts overlap the update: each batch decoded up to %d version(s) behind the update that trains on it", r.max_staleness)
+
+    def next_rollout(self, step: int) -> tuple[RolloutBatch, dict[str, float]]:
+        """Iteration ``step``'s training batch: decoded now (synchronous), or taken from the producer, with
+        how far behind the update its weights are."""
+        if self.producer is None:
+            return self.collect(self.iteration)
+        waited = time.perf_counter()
+        produced = self.producer.take(step)
+        waited = time.perf_counter() - waited
+        for traj in produced.batch.trajectories:
+            traj.policy_version = produced.version
+        rollout, perf = self.gathered(produced.batch, produced.perf)
+        staleness = [behind(step, t.policy_version) for t in rollout.trajectories]
+        perf.update(
+            {
+                "perf/rollout_wait_s": waited,  # the part of the rollout the update did not hide
+                "rollout/staleness_mean": float(np.mean(staleness)),
+                "rollout/staleness_max": float(max(staleness)),
+            }
+        )
+        return rollout, perf
 
     def on_train_start(self) -> None:
         rank, size = distributed.world()
@@ -156,16 +230,27 @@ class AgentRLModule(L.LightningModule):
         """The training rollout of ``iteration`` (``attempt`` > 0: an extra one of dynamic sampling)."""
         r = self.cfg.rollout
         sample_seed = seeds.rollout_sample_seed(self.cfg.seed, iteration, attempt=attempt)
-        return self.sharded_rollout(self.train_env_seeds(iteration, attempt), r.group_size, r.temperature, sample_seed)
+        rollout, perf = self.sharded_rollout(self.train_env_seeds(iteration, attempt), r.group_size, r.temperature, sample_seed)
+        for traj in rollout.trajectories:
+            traj.policy_version = iteration
+        return rollout, perf
 
     def sharded_rollout(
         self, env_seeds: list[int], group_size: int, temperature: float | list[float], sample_seed: int
     ) -> tuple[RolloutBatch, dict[str, float]]:
         """The rollout of ``env_seeds`` as one process would draw it: each rank decodes its block of
         groups on the streams the whole batch gives them, then every rank receives the whole batch."""
+        local, perf = self.local_rollout(env_seeds, group_size, temperature, sample_seed, self.rollout_engine())
+        return self.gathered(local, perf)
+
+    def local_rollout(
+        self, env_seeds: list[int], group_size: int, temperature: float | list[float], sample_seed: int, engine: VLLMEngine | None
+    ) -> tuple[RolloutBatch, dict[str, float]]:
+        """This rank's block of the groups of ``env_seeds``, decoded on ``engine`` (None: transformers); no
+        collective, so the producer's thread may call it."""
         rank, size = distributed.world()
         start, stop = distributed.shard_bounds(len(env_seeds), rank, size)
-        local, perf = collect_rollouts(
+        return collect_rollouts(
             self.policy,
             self.make_env,
             env_seeds[start:stop],
@@ -175,11 +260,14 @@ class AgentRLModule(L.LightningModule):
             sample_seed=sample_seed,
             generation_batch_size=self.cfg.rollout.generation_batch_size,
             stream_offset=start * group_size,
-            engine=self.rollout_engine(),
+            engine=engine,
             context=self.cfg.rollout.context,
             context_turns=self.cfg.rollout.context_turns,
         )
-        if size == 1:
+
+    def gathered(self, local: RolloutBatch, perf: dict[str, float]) -> tuple[RolloutBatch, dict[str, float]]:
+        """Every rank's block of a rollout (``local_rollout``) as the whole batch, on every rank."""
+        if distributed.world()[1] == 1:
             return local, perf
         parts = distributed.gather_objects((local, perf))
         # The slowest rank bounds the phase; throughput is every rank's tokens over that time.
@@ -242,11 +330,14 @@ class AgentRLModule(L.LightningModule):
             return
         step = self.iteration + 1
         metrics: dict[str, float] = {}
+        if self.cfg.rollout.max_staleness > 0 and self.producer is None:
+            self.start_producer()
         with distributed.whole_weights(self):  # FSDP: decoding runs on weights gathered once
             if step == 1 and self.cfg.trainer.val_every > 0:
                 self.log_metrics(0, self.evaluate_warm_start())  # the warm-start policy, before any update
+                self.release_engine()
             started = time.perf_counter()
-            rollout, perf = self.collect(self.iteration)
+            rollout, perf = self.next_rollout(step)
             metrics.update(perf)
             metrics.update(self.peak_memory("rollout"))
             metrics.update(rollout_metrics(rollout))  # of the first rollout: an unselected sample of the policy
@@ -254,6 +345,7 @@ class AgentRLModule(L.LightningModule):
                 rollout, sampled = self.dynamic_sample(rollout)
                 metrics.update(sampled)
             selection, hook_metrics = self.run_hooks(rollout, step)
+            self.release_engine()
         # Every rank ran the hooks on the same batch; rank 0's choice is taken so that a last-bit
         # difference in a score (GPU kernels) cannot make ranks train different groups.
         selection = distributed.broadcast_object(selection)
@@ -261,15 +353,19 @@ class AgentRLModule(L.LightningModule):
         metrics.update(self.peak_memory("hooks"))
         metrics["rollout/empty_after_filter"] = float(selection.is_empty)
         if not selection.is_empty:
-            if self.engine is not None:
-                self.engine.to_sleep()  # CUDA: its memory goes to the update
+            if self.engine is not None and self.producer is None:
+                self.engine.to_sleep()  # CUDA: its memory goes to the update (a producer decodes during it)
             metrics.update(self.update(rollout, selection))
             metrics.update(self.peak_memory("update"))
         metrics["perf/step_time_s"] = time.perf_counter() - started
         self.iteration = step
+        if self.producer is not None and self.producer.needs(step):
+            with distributed.whole_weights(self):
+                self.producer.publish(step, self.engine_weights())
         if self.cfg.trainer.val_every > 0 and (step % self.cfg.trainer.val_every == 0 or step == self.cfg.trainer.max_steps):
             with distributed.whole_weights(self):
                 metrics.update(self.evaluate())
+                self.release_engine()
         self.log_metrics(step, metrics)
         self.last_metrics = metrics
         self.log("success", metrics["rollout/success_rate"], prog_bar=True, logger=False)

@@ -35,6 +35,7 @@ class Trajectory:
     env_seed: int
     turns: list[Turn] = field(default_factory=list)
     success: bool = False
+    policy_version: int = 0  # the version (iterations of updates) of the weights it was sampled from
 
     @property
     def episode_return(self) -> float:

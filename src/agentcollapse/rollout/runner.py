@@ -80,8 +80,11 @@ def collect_rollouts(
     per_seed = _temperatures(temperature, len(env_seeds))
     trajectories, live = _start_trajectories(policy, make_env, env_seeds, group_size, per_seed, sample_seed, stream_offset)
     generated_tokens = 0
+    # The trainer's model decodes only without an engine; with one it is left alone (a producer thread
+    # decodes while the trainer's thread updates it in train mode).
     was_training = policy.model.training
-    policy.model.eval()
+    if engine is None:
+        policy.model.eval()
     decode_turn = _turn_decoder(policy, engine, max_new_tokens, generation_batch_size)
     carried = _CarriedCaches(enabled=policy.reuse_kv_across_turns and engine is None)  # vLLM caches prefixes itself
     env_time = [0.0]  # seconds in the envs: submitting answers, then stepping (and waiting for what they submitted)
@@ -105,7 +108,8 @@ def collect_rollouts(
             env_time[0] += time.perf_counter() - t0
             live = still_live
     finally:
-        policy.model.train(was_training)
+        if engine is None:
+            policy.model.train(was_training)
     elapsed = time.perf_counter() - started
     batch = RolloutBatch(trajectories=trajectories, num_prompts=len(env_seeds), group_size=group_size)
     return batch, {

@@ -144,7 +144,10 @@ class VLLMEngine:
             restore_rng_state(rng)
         self.asleep = False
         self.cached_prompt_tokens: list[int] = []  # per request of the last generate: prompt tokens the prefix cache served
-        self.packed: dict[str, list[str]] | None = None  # vLLM's stacked linears: qkv_proj -> [q_proj, k_proj, v_proj]
+        # vLLM's stacked linears (qkv_proj -> [q_proj, k_proj, v_proj]), read now: a producer thread may decode later
+        self.packed: dict[str, list[str]] = self.llm.collective_rpc(
+            lambda worker: dict(getattr(worker.model_runner.model, "packed_modules_mapping", {}))
+        )[0]
         self.served_dtype = self.llm.llm_engine.model_config.dtype
 
     def generate(
@@ -204,14 +207,19 @@ class VLLMEngine:
     @torch.no_grad()
     def load_weights(self, changed: list[tuple[str, torch.Tensor]], unchanged: Mapping[str, torch.Tensor]) -> None:
         """Serve the ``changed`` weights (checkpoint names, as ``models.hf.folded_lora_weights`` gives
-        them) from now on, and drop every cached prefix, computed with the old ones.
+        them) from now on, and drop every cached prefix, computed with the old ones."""
+        self.load_prepared(self.weights_to_load(changed, unchanged))
+
+    @torch.no_grad()
+    def weights_to_load(
+        self, changed: list[tuple[str, torch.Tensor]], unchanged: Mapping[str, torch.Tensor], copy: bool = False
+    ) -> list[tuple[str, torch.Tensor]]:
+        """What ``load_prepared`` needs to serve ``changed``, in the served dtype (``copy``: tensors of their
+        own, for loading later while the trainer's change).
 
         vLLM stacks some linears into one (q/k/v into ``qkv_proj``) and on CPU repacks each for its
         GEMM kernel, so a stacked layer is reloaded whole: the parts that did not change are taken from
         ``unchanged`` (the trainer's own weights by checkpoint name)."""
-        self.wake()
-        if self.packed is None:
-            self.packed = self.llm.collective_rpc(lambda worker: dict(getattr(worker.model_runner.model, "packed_modules_mapping", {})))[0]
         names = {name for name, _ in changed}
         weights = list(changed)
         for name, _ in changed:
@@ -223,8 +231,12 @@ class VLLMEngine:
                         if other not in names and other in unchanged:
                             names.add(other)
                             weights.append((other, unchanged[other].detach()))
-        dtype = self.served_dtype
-        weights = [(name, tensor.to(dtype)) for name, tensor in weights]
+        return [(name, tensor.to(self.served_dtype, copy=copy)) for name, tensor in weights]
+
+    @torch.no_grad()
+    def load_prepared(self, weights: list[tuple[str, torch.Tensor]]) -> None:
+        """Serve ``weights`` (``weights_to_load``'s) from now on, and drop every cached prefix."""
+        self.wake()
 
         def reload(worker: object) -> None:  # runs in the worker, which is this process
             worker.model_runner.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)  # type: ignore[attr-defined]

@@ -76,6 +76,8 @@ def validate(cfg: RunConfig) -> None:
         raise UserError("diagnostics.proxy_engine=vllm scores with the rollout engine: set rollout.engine=vllm too, or proxy_engine=hf")
     if cfg.rollout.engine == "vllm" and cfg.trainer.devices > 1:
         _check_engines_per_node(cfg)
+    if cfg.rollout.max_staleness > 0:
+        _check_async_rollouts(cfg, algo.dynamic_sampling)
 
 
 def _check_engines_per_node(cfg: RunConfig) -> None:
@@ -135,3 +137,18 @@ def _check_diagnostics(diag: DiagnosticsConfig) -> None:
     for name in diag.skip_samplers:
         one_of("diagnostics.skip_samplers[]", name, sampler_names())
     one_of("diagnostics.grad_buckets_mode", diag.grad_buckets_mode, tuple(BUCKET_MODES))
+
+
+def _check_async_rollouts(cfg: RunConfig, dynamic_sampling: bool) -> None:
+    """``rollout.max_staleness`` > 0 overlaps the engine's decoding with the update (``rollout.producer``)."""
+    s = cfg.rollout.max_staleness
+    if cfg.rollout.engine != "vllm":
+        raise UserError(
+            f"rollout.max_staleness={s} decodes beside the update on an engine of its own, but with rollout.engine={cfg.rollout.engine} "
+            "the trainer's model decodes, so nothing can overlap: set rollout.engine=vllm, or rollout.max_staleness=0"
+        )
+    if dynamic_sampling:
+        raise UserError(
+            f"algorithm={cfg.algorithm.name}'s dynamic sampling draws extra batches inside an iteration, which rollout.max_staleness={s} "
+            "has decoded ahead: set algorithm.dynamic_sampling=false, or rollout.max_staleness=0"
+        )
