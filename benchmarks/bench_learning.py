@@ -2,7 +2,8 @@
 
     python -m benchmarks.bench_learning [--envs frozenlake,sokoban,...]
                                         [--algorithms grpo,dr_grpo,dapo,ppo,grpo+gspo,grpo+cispo,grpo+sapo]
-                                        [--seeds 0,1,2] [--steps 40] [--episodes 200] [--diagnostics] [overrides ...]
+                                        [--seeds 0,1,2] [--steps 40] [--episodes 200] [--diagnostics]
+                                        [--variant NAME] [overrides ...]
 
 An entry ``preset+loss`` is the preset with ``algorithm.policy_loss=loss`` (and that loss's own
 defaults: GSPO's clip 3e-4/4e-4, CISPO's cap 5, SAPO's gate), one row per loss.
@@ -13,7 +14,8 @@ temperature 1.0 (the training temperature), 0.5 and greedy. Seeds are pooled per
 intervals. A row is "separated" when the after-interval lies above the before-interval at T=1.0. With
 --diagnostics the runs log the MI proxy family (callbacks=default) and the row gives the trajectory MI
 z-score (EMA) over the first and last 5 iterations; state grounding (logged every run) likewise. Results: benchmarks/results/learning.{json,md}
-(one row per env and algorithm; a rerun replaces only the rows it measures). Not a test: about 10-13 minutes per
+(one row per env, algorithm and variant: what the overrides change, e.g. --variant async-S1 rollout.engine=vllm
+rollout.max_staleness=1; a rerun replaces only the rows it measures). Not a test: about 10-13 minutes per
 FrozenLake run on one thread (P=8 x G=8 by default). Budget by iterations (--steps), not wall time.
 """
 
@@ -44,11 +46,12 @@ def algorithm_overrides(entry: str) -> list[str]:
 
 TEMPERATURES = {"val/success_rate_t1": "T=1.0", "val/success_rate": "T=0.5", "val/success_rate_greedy": "greedy"}
 TRACES = {"mi": "collapse_trajectory_sample/mi_zscore_ema", "grounding": "rollout/state_grounding"}
+DEFAULT_VARIANT = "default"
 WINDOW = 5  # iterations averaged at each end of a run for the diagnostics' first/last values
 
 
-def row_key(row: dict[str, Any]) -> tuple[str, str]:
-    return row["env"], row["algorithm"]
+def row_key(row: dict[str, Any]) -> tuple[str, str, str]:
+    return row["env"], row["algorithm"], row.get("variant", DEFAULT_VARIANT)
 
 
 def end_means(rows: list[dict[str, str]], key: str) -> tuple[float, float]:
@@ -65,8 +68,16 @@ def pooled(runs: list[dict[str, Any]], when: str, label: str) -> dict[str, Any]:
     return {"rate": k / n, "ci": list(wilson_interval(k, n)), "k": k, "n": n}
 
 
-def summarise(env: str, algo: str, runs: list[dict[str, Any]], steps: int) -> dict[str, Any]:
-    row: dict[str, Any] = {"env": env, "algorithm": algo, "seeds": [r["seed"] for r in runs], "steps": steps, "commit": commit()}
+def summarise(env: str, algo: str, variant: str, overrides: list[str], runs: list[dict[str, Any]], steps: int) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "env": env,
+        "algorithm": algo,
+        "variant": variant,
+        "overrides": overrides,
+        "seeds": [r["seed"] for r in runs],
+        "steps": steps,
+        "commit": commit(),
+    }
     for label in TEMPERATURES.values():
         row[f"before {label}"], row[f"after {label}"] = pooled(runs, "before", label), pooled(runs, "after", label)
     before, after = row["before T=1.0"], row["after T=1.0"]
@@ -91,6 +102,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             {
                 "env": r["env"],
                 "algorithm": r["algorithm"],
+                "variant": r.get("variant", DEFAULT_VARIANT),
                 "seeds x maps": f"{len(r['seeds'])} x {r['before T=1.0']['n'] // len(r['seeds'])}",
                 "iterations": r["steps"],
                 "T=1 before": ci(r["before T=1.0"]),
@@ -124,6 +136,9 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=200, help="held-out maps evaluated before and after")
     ap.add_argument("--diagnostics", action="store_true", help="log the MI proxy family too (callbacks=default; slower)")
     ap.add_argument("--out", default=str(RESULTS / "learning"), help="where the runs' records go")
+    ap.add_argument(
+        "--variant", default=DEFAULT_VARIANT, help="name of what the overrides change (a row of its own); 'default' = as shipped"
+    )
     ap.add_argument("overrides", nargs="*", help="Hydra overrides applied to every run")
     args = ap.parse_intermixed_args()  # overrides may come before and after the flags
 
@@ -131,12 +146,12 @@ def main() -> None:
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = RESULTS / "learning.json"
-    rows = kept_rows(path, {(e, a) for e in args.envs for a in args.algorithms}, row_key)
+    rows = kept_rows(path, {(e, a, args.variant) for e in args.envs for a in args.algorithms}, row_key)
     for env in args.envs:
         for algo in args.algorithms:
             runs: list[dict[str, Any]] = []
             for seed in args.seeds:
-                run_dir = Path(args.out) / stamp / f"{env}-{algo}-seed{seed}"
+                run_dir = Path(args.out) / stamp / f"{env}-{algo}-{args.variant}-seed{seed}"
                 cfg = compose_config(
                     [
                         f"env={env}",
@@ -169,10 +184,10 @@ def main() -> None:
                     run[f"{name}_first"], run[f"{name}_last"] = end_means(metrics, key)
                 runs.append(run)
                 print(" ".join(line), flush=True)
-            row = summarise(env, algo, runs, args.steps)
+            row = summarise(env, algo, args.variant, args.overrides, runs, args.steps)
             rows = [r for r in rows if row_key(r) != row_key(row)] + [row]
             print(
-                f"{env:10s} {algo:8s} T=1.0 {row['before T=1.0']['rate']:.3f} -> {row['after T=1.0']['rate']:.3f} ({row['verdict']})",
+                f"{env:10s} {algo:8s} {args.variant} T=1.0 {row['before T=1.0']['rate']:.3f} -> {row['after T=1.0']['rate']:.3f} ({row['verdict']})",
                 flush=True,
             )
             save_result("learning", {"episodes": args.episodes, "rows": rows})  # after every row: a long env keeps what it measured

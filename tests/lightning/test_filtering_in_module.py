@@ -322,3 +322,56 @@ def test_dynamic_sampling_draws_new_maps_and_streams():
     assert len(extra) == 50 * seeds.MAX_RESAMPLE_ROUNDS * 8 and not regular & extra
     streams = {seeds.rollout_sample_seed(0, it, a) for it in range(50) for a in range(seeds.MAX_RESAMPLE_ROUNDS + 1)}
     assert len(streams) == 50 * (seeds.MAX_RESAMPLE_ROUNDS + 1)
+
+
+def test_under_a_staleness_bound_the_filter_refills_each_update_from_arriving_batches(make_cfg, monkeypatch):
+    """rollout.max_staleness > 0 with a reward-scored filter: the producer filters each arriving batch of P
+    groups whole, by the synchronous filter's own decision, and draws more (dynamic sampling's seeds) until P
+    groups are kept; kept groups beyond P are dropped (they would be one version past the bound at the next
+    update). Here the batches' decoding is stood in by hand batches: the engine's is tests/cli."""
+    cfg = make_cfg("rollout.num_prompts=4", "rollout.group_size=4", "filter=rv_top_p", "algorithm.max_resample_rounds=3")
+    policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=0)
+    module = _attach(AgentRLModule(cfg, policy), callbacks=[SNRFilter.from_run_config(cfg)])
+    hook = module.refill_filter()
+    assert isinstance(hook, SNRFilter)
+    # batch 0 and 1: RETURNS (top_p 0.9 keeps g0 and g2 of each); batch 2 would keep 3 groups
+    third = [[1.0, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [1.0] * 4]
+    drawn = []
+
+    def local_rollout(env_seeds, group_size, temperature, sample_seed, engine):
+        drawn.append((tuple(env_seeds), sample_seed))
+        batch = _hand_batch(policy, RETURNS if len(drawn) < 3 else third)
+        for t in batch.trajectories:
+            t.env_seed = 100 * len(drawn) + t.group  # which batch and group it came from
+        return batch, {"perf/rollout_time_s": 1.0, "perf/rollout_tokens_per_s": 10.0, "perf/rollout_env_time_s": 0.1}
+
+    monkeypatch.setattr(module, "local_rollout", local_rollout)
+    refilled, perf = module.decode_refilled(5, hook)
+    assert [s for s, _ in drawn] == [tuple(module.train_env_seeds(4, attempt)) for attempt in range(2)]  # dynamic sampling's seeds
+    assert len({seed for _, seed in drawn}) == 2
+    assert sorted({t.env_seed for t in refilled.trained.trajectories}) == [100, 102, 200, 202]  # g0, g2 of batches 1, 2
+    assert refilled.first.num_prompts == 4 and {t.env_seed for t in refilled.first.trajectories} == {100, 101, 102, 103}
+    assert perf["filter/refill_batches"] == 2 and perf["filter/refill_kept_groups"] == 4 and perf["filter/refill_dropped_groups"] == 0
+    assert perf["perf/rollout_time_s"] == 2.0 and perf["perf/rollout_tokens_per_s"] == 10.0
+
+    # P=3: of the 4 groups the two batches kept, one is dropped; with one batch allowed, the update trains on fewer
+    cfg.rollout.num_prompts = 3
+    drawn.clear()
+    refilled, perf = module.decode_refilled(5, hook)
+    assert perf["filter/refill_batches"] == 2 and perf["filter/refill_kept_groups"] == 3 and perf["filter/refill_dropped_groups"] == 1
+    cfg.algorithm.max_resample_rounds = 0
+    drawn.clear()
+    refilled, perf = module.decode_refilled(5, hook)
+    assert refilled.trained.num_prompts == 2 and perf["filter/refill_batches"] == 1
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [["filter=entropy"], ["filter=trajectory"], ["filter=rv_top_p", "filter.loss_scale=linear"], ["filter=none"]],
+)
+def test_filters_that_cannot_score_on_arrival_filter_the_arrived_batch(make_cfg, overrides):
+    """A score that needs the trainer's model, a trajectory-level or loss-scaled selection: no refill."""
+    cfg = make_cfg(*overrides)
+    policy = load_policy(cfg.model, cfg.env, cfg.cache_dir, seed=0)
+    module = _attach(AgentRLModule(cfg, policy), callbacks=[SNRFilter.from_run_config(cfg)])
+    assert module.refill_filter() is None

@@ -131,3 +131,13 @@ def test_closing_stops_a_producer_waiting_for_weights():
 def test_a_bound_below_one_is_no_producer():
     with pytest.raises(ValueError, match="max_staleness=0"):
         RolloutProducer(Engine().decode, Engine().load, base=0, last=3, max_staleness=0, base_weights="w0")
+
+
+def test_gathering_and_selecting_groups_keep_each_trajectorys_version():
+    from agentcollapse.rollout.batch import RolloutBatch, Trajectory
+
+    a = RolloutBatch([Trajectory(group=p, env_seed=p, policy_version=3) for p in range(2) for _ in range(2)], 2, 2)
+    b = RolloutBatch([Trajectory(group=0, env_seed=9, policy_version=4) for _ in range(2)], 1, 2)
+    whole = RolloutBatch.concat([a, b])  # the ranks' blocks gathered
+    assert [t.policy_version for t in whole.trajectories] == [3, 3, 3, 3, 4, 4]
+    assert [t.policy_version for t in whole.select_groups([2, 0]).trajectories] == [4, 4, 3, 3]

@@ -254,7 +254,7 @@ class RolloutConfig:
     context_turns: int = opt(0, help="rollout.context=window: how many past turns (observation and response) each context shows (>= 1)")
     max_staleness: int = opt(
         0,
-        help="rollout.engine=vllm: decode the next iterations' batches while the trainer updates, each from weights exactly this many updates behind the one that trains on it (0: synchronous)",
+        help="rollout.engine=vllm: decode the next iterations' batches while the trainer updates, each from weights exactly this many updates behind the one that trains on it; a reward- or length-scored filter then refills each update to P kept groups (0: synchronous)",
     )
 
     def validate(self) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,10 +27,11 @@ from agentcollapse.algorithms import response_token_stats
 from agentcollapse.algorithms.presets import algorithm_preset
 from agentcollapse.config import RunConfig
 from agentcollapse.errors import UserError
-from agentcollapse.filtering import groups_with_signal
+from agentcollapse.filtering import decide, get_strategy, groups_with_signal, required_feature
 from agentcollapse.lightning import distributed, evaluation
 from agentcollapse.lightning import update as phases
 from agentcollapse.lightning.hooks import RolloutHook, Selection
+from agentcollapse.lightning.snr_filter import SNRFilter
 from agentcollapse.models.continuations import shared_prefix_forward
 from agentcollapse.models.hf import base_model, folded_lora_weights, pad_token_id
 from agentcollapse.models.policy import Policy
@@ -42,6 +44,14 @@ from agentcollapse.rollout.sequences import build_sequences, collate
 from agentcollapse.rollout.vllm_engine import VLLMEngine, cpu_core_share, engine_settings
 
 log = logging.getLogger("agentcollapse")
+
+
+@dataclass
+class Refilled:
+    """An iteration's batches under a producer's filter (``AgentRLModule.decode_refilled``)."""
+
+    first: RolloutBatch  # its first batch of P groups, whole: what the hooks measure
+    trained: RolloutBatch  # the kept groups, up to P, from as many batches as it took
 
 
 class AgentRLModule(L.LightningModule):
@@ -177,7 +187,11 @@ class AgentRLModule(L.LightningModule):
         from the version this run starts at."""
         r = self.cfg.rollout
 
-        def decode(step: int) -> tuple[RolloutBatch, dict[str, float]]:
+        refill = self.refill_filter()
+
+        def decode(step: int) -> tuple[Any, dict[str, float]]:
+            if refill is not None:
+                return self.decode_refilled(step, refill)
             iteration = step - 1
             sample_seed = seeds.rollout_sample_seed(self.cfg.seed, iteration)
             return self.local_rollout(self.train_env_seeds(iteration), r.group_size, r.temperature, sample_seed, self.engine)
@@ -193,18 +207,79 @@ class AgentRLModule(L.LightningModule):
             base_weights,
         )
         log.info("rollouts overlap the update: each batch decoded up to %d version(s) behind the update that trains on it", r.max_staleness)
+        if refill is not None:
+            log.info("filter=%s scores groups as they arrive; each update waits for P=%d kept groups", self.cfg.filter.name, r.num_prompts)
 
-    def next_rollout(self, step: int) -> tuple[RolloutBatch, dict[str, float]]:
-        """Iteration ``step``'s training batch: decoded now (synchronous), or taken from the producer, with
-        how far behind the update its weights are."""
+    def refill_filter(self) -> SNRFilter | None:
+        """Under ``rollout.max_staleness`` > 0, the filter that scores groups as they arrive, in the producer:
+        one that keeps whole groups by a score of the rollout alone (reward variance, success, length), on one
+        rank (it needs the whole batch's returns). None: the filter, if any, runs on the arrived batch as a
+        synchronous run's does (a score that needs the trainer's model, trajectory-level or loss-scaled
+        selections, several ranks)."""
+        hook = next((c for c in self.trainer.callbacks if isinstance(c, SNRFilter)), None)
+        f = self.cfg.filter
+        if hook is None or f.name == "none" or distributed.world()[1] > 1:
+            return None
+        if (
+            f.trajectory_k > 0
+            or get_strategy(f.strategy).level != "group"
+            or f.loss_scale != "none"
+            or required_feature(f.metric) == "entropy"
+        ):
+            return None
+        return hook
+
+    def decode_refilled(self, step: int, hook: SNRFilter) -> tuple[Refilled, dict[str, float]]:
+        """Iteration ``step``'s batches, on the producer's thread, until the filter has kept P groups (at most
+        ``1 + algorithm.max_resample_rounds`` batches, as dynamic sampling draws them): each batch of P groups is
+        filtered as a whole as it arrives, by the synchronous filter's own decision. Kept groups beyond P are not
+        carried to the next update, where they would be one version past the bound."""
+        r, iteration = self.cfg.rollout, step - 1
+        kept: list[RolloutBatch] = []
+        first: RolloutBatch | None = None
+        found, batches, seconds, tokens, env_seconds = 0, 0, 0.0, 0.0, 0.0
+        for attempt in range(1 + self.cfg.algorithm.max_resample_rounds):
+            sample_seed = seeds.rollout_sample_seed(self.cfg.seed, iteration, attempt=attempt)
+            batch, perf = self.local_rollout(
+                self.train_env_seeds(iteration, attempt), r.group_size, r.temperature, sample_seed, self.engine
+            )
+            first = first or batch
+            batches += 1
+            seconds += perf["perf/rollout_time_s"]
+            tokens += perf["perf/rollout_tokens_per_s"] * perf["perf/rollout_time_s"]
+            env_seconds += perf["perf/rollout_env_time_s"]
+            decision = decide(batch.returns(), batch.successes(), hook.features(self, batch), **hook.settings.filter_options())
+            kept.append(batch.select_groups(decision.kept_groups))
+            found += len(decision.kept_groups)
+            if found >= r.num_prompts:
+                break
+        trained = RolloutBatch.concat(kept).select_groups(range(min(found, r.num_prompts)))
+        perf = {
+            "perf/rollout_time_s": seconds,
+            "perf/rollout_tokens_per_s": tokens / max(seconds, 1e-9),
+            "perf/rollout_env_time_s": env_seconds,
+            "filter/refill_batches": float(batches),
+            "filter/refill_kept_groups": float(trained.num_prompts),
+            "filter/refill_dropped_groups": float(max(found - r.num_prompts, 0)),
+        }
+        return Refilled(first, trained), perf
+
+    def next_rollout(self, step: int) -> tuple[RolloutBatch, dict[str, float], RolloutBatch | None]:
+        """Iteration ``step``'s batch: decoded now (synchronous), or taken from the producer, with how far
+        behind the update its weights are. The third value is the batch the producer's filter refilled (the
+        groups that train; ``refill_filter``), else None; the first is then its first batch, whole, which the
+        hooks (the MI proxy, the filter's statistics) measure as they would a synchronous iteration's."""
         if self.producer is None:
-            return self.collect(self.iteration)
+            return *self.collect(self.iteration), None
         waited = time.perf_counter()
         produced = self.producer.take(step)
         waited = time.perf_counter() - waited
-        for traj in produced.batch.trajectories:
+        arrived, trained = (
+            (produced.batch.first, produced.batch.trained) if isinstance(produced.batch, Refilled) else (produced.batch, None)
+        )
+        for traj in [*arrived.trajectories, *(trained.trajectories if trained is not None else [])]:
             traj.policy_version = produced.version
-        rollout, perf = self.gathered(produced.batch, produced.perf)
+        rollout, perf = self.gathered(arrived, produced.perf)
         staleness = [behind(step, t.policy_version) for t in rollout.trajectories]
         perf.update(
             {
@@ -213,7 +288,7 @@ class AgentRLModule(L.LightningModule):
                 "rollout/staleness_max": float(max(staleness)),
             }
         )
-        return rollout, perf
+        return rollout, perf, trained
 
     def on_train_start(self) -> None:
         rank, size = distributed.world()
@@ -337,7 +412,7 @@ class AgentRLModule(L.LightningModule):
                 self.log_metrics(0, self.evaluate_warm_start())  # the warm-start policy, before any update
                 self.release_engine()
             started = time.perf_counter()
-            rollout, perf = self.next_rollout(step)
+            rollout, perf, refilled = self.next_rollout(step)
             metrics.update(perf)
             metrics.update(self.peak_memory("rollout"))
             metrics.update(rollout_metrics(rollout))  # of the first rollout: an unselected sample of the policy
@@ -350,6 +425,8 @@ class AgentRLModule(L.LightningModule):
         # difference in a score (GPU kernels) cannot make ranks train different groups.
         selection = distributed.broadcast_object(selection)
         metrics.update(hook_metrics)
+        if refilled is not None:  # the producer's filter chose these groups as they arrived
+            rollout, selection = refilled, Selection.everything(refilled.num_prompts)
         metrics.update(self.peak_memory("hooks"))
         metrics["rollout/empty_after_filter"] = float(selection.is_empty)
         if not selection.is_empty:

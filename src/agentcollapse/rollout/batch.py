@@ -6,7 +6,7 @@ update can compute log-probs without re-tokenising text.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -72,7 +72,7 @@ class RolloutBatch:
             raise ValueError("every batch must have the same group size")
         trajs, offset = [], 0
         for b in batches:
-            trajs += [Trajectory(group=t.group + offset, env_seed=t.env_seed, turns=t.turns, success=t.success) for t in b.trajectories]
+            trajs += [replace(t, group=t.group + offset) for t in b.trajectories]
             offset += b.num_prompts
         return RolloutBatch(trajectories=trajs, num_prompts=offset, group_size=size)
 
@@ -83,5 +83,5 @@ class RolloutBatch:
         trajs = []
         for new_p, p in enumerate(groups):
             for t in self.trajectories[p * g : (p + 1) * g]:
-                trajs.append(Trajectory(group=new_p, env_seed=t.env_seed, turns=t.turns, success=t.success))
+                trajs.append(replace(t, group=new_p))
         return RolloutBatch(trajectories=trajs, num_prompts=len(groups), group_size=g)
