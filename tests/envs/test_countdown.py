@@ -131,7 +131,7 @@ def test_single_turn_and_answer_with_separator_is_not_split():
 
 
 def test_generated_targets_are_reachable_over_200_seeds():
-    env = envs.make("countdown")
+    env = envs.make("countdown", max_numbers=4)  # TinyZero's 3-4 numbers (the default is 3)
     counts = Counter()
     for seed in range(200):
         obs = env.reset(seed)
@@ -200,3 +200,12 @@ def test_bad_settings_are_user_errors():
     with pytest.raises(UserError):
         envs.make("countdown", max_numbers=9)
     assert isinstance(envs.make("countdown", min_numbers=2, max_numbers=2), CountdownEnv)
+
+
+def test_the_default_gives_three_numbers():
+    env = envs.make("countdown")
+    lengths = set()
+    for seed in range(20):
+        env.reset(seed)
+        lengths.add(len(env.numbers))
+    assert lengths == {3}

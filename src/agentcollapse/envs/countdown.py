@@ -1,7 +1,8 @@
 """Countdown: combine the given numbers with + - * / to reach the target (docs/method.md section 7).
 
 Single turn, single answer: the whole text inside ``<answer>`` is one arithmetic expression.
-``reset(seed)`` draws ``min_numbers..max_numbers`` numbers (default 3-4) from 1..``max_number``
+``reset(seed)`` draws ``min_numbers..max_numbers`` numbers (default 3; TinyZero's 3-4 with
+``max_numbers=4``) from 1..``max_number``
 (default 10) and builds the target by combining them, in a random order with random operations,
 into one value: integer intermediate results only, target in 1..``max_target`` (default 100). So the
 target is always reachable using each number exactly once.
