@@ -3,7 +3,7 @@ latency at SearchQA's default corpus size and at 100k documents, and whether the
 
     python -m benchmarks.bench_retrieval [--sizes 2000,100000] [--queries 400] [--slow-queries 60] [--k 3]
 
-The corpus is SearchQA's generated world (``searchqa_world.generate_world``: one short passage per
+The corpus is SearchQA's generated world (``agentcollapse.envs.searchqa.generate_world``: one short passage per
 invented entity) at each size; the queries alternate, per question seed, the entity a planner searches
 (its first hop, e.g. ``Kaerpir Tralpem``) and the question's whole text (what a model might type).
 Every arm indexes the same words, :func:`agentcollapse.envs.retrieval.tokenize`'s (tantivy reads them
@@ -92,7 +92,7 @@ ARMS: dict[str, Callable[[list[str]], Search]] = {"bm25s": build_bm25s, "rank-bm
 
 def workload(size: int, queries: int) -> tuple[list[str], list[str], list[int | None]]:
     """(passage texts, queries, the passage each entity query should find or None) at ``size``."""
-    from agentcollapse.envs.searchqa_world import generate_world, make_question
+    from agentcollapse.envs.searchqa import generate_world, make_question
 
     world = generate_world(size)
     texts = [p.index_text() for p in world.passages]

@@ -5,7 +5,7 @@ from fractions import Fraction
 import pytest
 
 from agentcollapse import envs
-from agentcollapse.envs.countdown import (
+from agentcollapse.envs.countdown.env import (
     CountdownEnv,
     CountdownParseError,
     computation_steps,

@@ -6,8 +6,8 @@ import pytest
 
 from agentcollapse import envs
 from agentcollapse.config import EnvConfig
-from agentcollapse.envs.deepcoder import compilable, extract_code
-from agentcollapse.envs.deepcoder_problems import _TASKS, CodeProblem, generate_problem, load_problems, reference_program
+from agentcollapse.envs.deepcoder.env import compilable, extract_code
+from agentcollapse.envs.deepcoder.problems import _TASKS, CodeProblem, generate_problem, load_problems, reference_program
 from agentcollapse.envs.sandbox import Sandbox
 from agentcollapse.errors import UserError
 from agentcollapse.models.tokenizer import build_tokenizer
@@ -133,7 +133,7 @@ def test_every_reference_passes_its_tests_even_through_the_tiny_tokenizer():
 
 
 def test_pregrading_a_batch_in_parallel_gives_the_same_rewards():
-    from agentcollapse.envs.deepcoder import DeepCoderEnv
+    from agentcollapse.envs.deepcoder.env import DeepCoderEnv
 
     answers = [SUM, "print(3)", "print(", "", "while True: pass", f"```python\n{SUM}\n```"]
 

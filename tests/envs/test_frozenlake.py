@@ -5,7 +5,7 @@ import pytest
 from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv as GymFrozenLake
 
 from agentcollapse import envs
-from agentcollapse.envs.frozenlake import ACTION_NAMES, generate_map, shortest_path
+from agentcollapse.envs.frozenlake.env import ACTION_NAMES, generate_map, shortest_path
 from agentcollapse.errors import UserError
 
 

@@ -4,7 +4,7 @@ from fractions import Fraction
 import pytest
 
 from agentcollapse import envs
-from agentcollapse.envs.math_env import MathProblem, normalize_answer
+from agentcollapse.envs.math.env import MathProblem, normalize_answer
 from agentcollapse.errors import UserError
 
 

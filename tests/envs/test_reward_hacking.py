@@ -14,10 +14,10 @@ import re
 import pytest
 
 from agentcollapse import envs
-from agentcollapse.envs.deepcoder_problems import CodeProblem, generate_problem
+from agentcollapse.envs.deepcoder.problems import CodeProblem, generate_problem
 from agentcollapse.envs.sandbox import OK, Limits, Sandbox, outputs_match
 
-pytestmark = pytest.mark.xdist_group("sandbox")  # with test_sandbox.py, whose leftover checks see all sandboxes
+pytestmark = pytest.mark.xdist_group("sandbox")  # with tests/envs/test_sandbox.py, whose leftover checks see all sandboxes
 
 
 @pytest.mark.parametrize(

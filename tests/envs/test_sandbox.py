@@ -22,7 +22,7 @@ import pytest
 
 from agentcollapse import envs
 from agentcollapse.envs import sandbox as sandbox_module
-from agentcollapse.envs.deepcoder_problems import CodeProblem
+from agentcollapse.envs.deepcoder.problems import CodeProblem
 from agentcollapse.envs.sandbox import _UID_BASE, ERROR, OK, OUTPUT_LIMIT, TIMEOUT, Limits, Sandbox, SandboxUnavailable
 
 pytestmark = pytest.mark.xdist_group("sandbox")  # one worker: the leftover checks see only our processes

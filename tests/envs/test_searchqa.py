@@ -5,7 +5,7 @@ import pytest
 
 from agentcollapse import envs
 from agentcollapse.config import EnvConfig
-from agentcollapse.envs.searchqa import SearchQAEnv, exact_match, normalize_answer
+from agentcollapse.envs.searchqa.env import SearchQAEnv, exact_match, normalize_answer
 from agentcollapse.errors import UserError
 from agentcollapse.models.tokenizer import UNK, build_tokenizer
 from agentcollapse.seeds import TRAIN_SEED_BASE

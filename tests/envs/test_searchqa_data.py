@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from agentcollapse.envs.searchqa_data import load_corpus, load_dataset, load_questions, parse_contents
-from agentcollapse.envs.searchqa_world import KINDS, generate_world, make_question
+from agentcollapse.envs.searchqa.data import load_corpus, load_dataset, load_questions, parse_contents
+from agentcollapse.envs.searchqa.world import KINDS, generate_world, make_question
 from agentcollapse.errors import UserError
 
 

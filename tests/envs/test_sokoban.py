@@ -3,7 +3,7 @@ import random
 import pytest
 
 from agentcollapse import envs
-from agentcollapse.envs.sokoban import SokobanEnv, bfs_solve, reverse_distances
+from agentcollapse.envs.sokoban.env import SokobanEnv, bfs_solve, reverse_distances
 from agentcollapse.errors import UserError
 
 CORRIDOR = """

@@ -12,8 +12,8 @@ import pytest
 
 from agentcollapse import envs
 from agentcollapse.config import EnvConfig
-from agentcollapse.envs.webshop import WebShopEnv
-from agentcollapse.envs.webshop_data import generate_catalogue, generated_goal, goal_for, load_catalogue
+from agentcollapse.envs.webshop.data import generate_catalogue, generated_goal, goal_for, load_catalogue
+from agentcollapse.envs.webshop.env import WebShopEnv
 from agentcollapse.errors import UserError
 from agentcollapse.seeds import TRAIN_SEED_BASE
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentcollapse.envs.webshop_reward import (
+from agentcollapse.envs.webshop.reward import (
     ShopGoal,
     ShopProduct,
     attributes_matched,

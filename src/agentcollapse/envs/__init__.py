@@ -146,7 +146,7 @@ def _load_builtin() -> None:
     # Imported lazily so a missing optional env never breaks the others.
     import importlib
 
-    for module in ("frozenlake", "sokoban", "countdown", "math_env", "webshop", "deepcoder", "searchqa"):
+    for module in ("frozenlake", "sokoban", "countdown", "math", "webshop", "deepcoder", "searchqa"):
         try:
             importlib.import_module(f"agentcollapse.envs.{module}")
         except ModuleNotFoundError as exc:

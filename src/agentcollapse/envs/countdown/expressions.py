@@ -1,5 +1,5 @@
 """Countdown's arithmetic: parse, evaluate, print and solve expression trees, and draw puzzles
-(``envs.countdown`` plays them as a single-answer task).
+(``env.py`` plays them as a single-answer task).
 
 Expressions are parsed by a small tokenizer and recursive-descent parser over non-negative integers,
 ``+ - * /`` and parentheses, and evaluated exactly with ``fractions.Fraction``; nothing is ever

@@ -49,7 +49,7 @@ from typing import Any
 
 from agentcollapse.envs.retrieval import BM25Index
 from agentcollapse.envs.splits import is_held_out_seed, split_by_hash
-from agentcollapse.envs.webshop_reward import ShopGoal, ShopProduct
+from agentcollapse.envs.webshop.reward import ShopGoal, ShopProduct
 from agentcollapse.errors import UserError
 
 PRICE_RANGE = [10.0 * i for i in range(1, 100)]  # the original's price caps

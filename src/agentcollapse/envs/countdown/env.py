@@ -12,7 +12,7 @@ Reward: 1 when the expression uses exactly the given numbers (as a multiset) and
 numbers. An expression that does not parse executes no valid action: reward 0 plus the format
 penalty, with ``info["reason"]``.
 
-Expressions are parsed, evaluated exactly and solved in ``envs.countdown_expressions`` (a small
+Expressions are parsed, evaluated exactly and solved in ``expressions.py`` (a small
 recursive-descent parser; nothing is ever ``eval``-ed), where the puzzles are drawn too.
 """
 
@@ -27,7 +27,7 @@ from typing import ClassVar
 from agentcollapse.config.env_kwargs import CountdownKwargs
 from agentcollapse.envs import register
 from agentcollapse.envs.base import SingleAnswerEnv
-from agentcollapse.envs.countdown_expressions import (
+from agentcollapse.envs.countdown.expressions import (
     MAX_EXPRESSION_CHARS,
     MAX_LITERAL_DIGITS,
     MAX_NESTING,

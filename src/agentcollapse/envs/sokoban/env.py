@@ -1,6 +1,6 @@
 """Sokoban as a multi-turn text game (docs/method.md section 7): rules, rewards and text.
 
-Levels come from reverse play (``envs.sokoban_levels``: the room, the push rule, the generator and the
+Levels come from reverse play (``levels.py``: the room, the push rule, the generator and the
 BFS planner): every level is solvable within ``max_steps`` actions, its shortest-solution lengths
 spread over 1..max_steps, and ``reset(seed)`` is deterministic.
 
@@ -25,7 +25,7 @@ from typing import ClassVar
 from agentcollapse.config.env_kwargs import SokobanKwargs
 from agentcollapse.envs import register
 from agentcollapse.envs.base import TextEnv
-from agentcollapse.envs.sokoban_levels import Room, State, bfs_solve, generate_level, push, reverse_distances
+from agentcollapse.envs.sokoban.levels import Room, State, bfs_solve, generate_level, push, reverse_distances
 from agentcollapse.errors import UserError
 
 _POSITION_CLAIM = re.compile(r"(I am at|Player|I stand at|box at|box|target at|target) \( (\d+) , (\d+) \)")

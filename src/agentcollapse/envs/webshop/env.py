@@ -19,7 +19,7 @@ One action per turn by default (``max_actions_per_turn``). Search is typed on th
 as on the web page: from elsewhere, ``click[back to search]`` first. An unknown action, a click on
 something not on the page, or a search with no searchable words executes nothing, earns the format
 penalty, and ``info["reason"]`` says why in one line; the episode goes on. Buying ends the episode
-with the original's reward (``envs.webshop_reward``); success is reward 1. Running out of turns
+with the original's reward (``reward.py``); success is reward 1. Running out of turns
 ends it with reward 0. The description / features / reviews pages are left out: a generated title
 names the product's attributes, so the item page already shows what they would.
 
@@ -37,8 +37,8 @@ from typing import Any, ClassVar
 from agentcollapse.config.env_kwargs import WebShopKwargs
 from agentcollapse.envs import register
 from agentcollapse.envs.base import TextEnv
-from agentcollapse.envs.webshop_data import Catalogue, goal_for, load_catalogue
-from agentcollapse.envs.webshop_reward import RewardParts, ShopGoal, ShopProduct, is_success, reward_parts
+from agentcollapse.envs.webshop.data import Catalogue, goal_for, load_catalogue
+from agentcollapse.envs.webshop.reward import RewardParts, ShopGoal, ShopProduct, is_success, reward_parts
 from agentcollapse.errors import UserError
 
 SEARCH, RESULTS, ITEM, DONE = "search", "results", "item", "done"

@@ -12,9 +12,9 @@ The episode also ends after ``max_turns`` turns (reward 0 if it never answered).
 is not one of the two, a search with no words to search for, or an empty answer executes no valid
 action: reward 0 plus the format penalty, with a one-line ``info["reason"]``, and the episode goes on.
 
-Data: by default a generated world (``searchqa_world``: invented entities, one passage each, ``num_passages``
+Data: by default a generated world (``world.py``: invented entities, one passage each, ``num_passages``
 of them) and a question drawn per seed from it, single-hop, bridge (two-hop) or comparison; with
-``data_path``, a real corpus and question file (``searchqa_data``: Search-R1's format): an evaluation
+``data_path``, a real corpus and question file (``data.py``: Search-R1's format): an evaluation
 seed asks held-out question ``seed mod N``, a training seed one of the others (``envs.splits``). The corpus and its index are built once per process and shared by every env instance.
 
 The planner (``demonstration``) searches each entity the question needs, in order, reading the
@@ -37,8 +37,8 @@ from agentcollapse.config.env_kwargs import SearchQAKwargs
 from agentcollapse.envs import register
 from agentcollapse.envs.base import TextEnv
 from agentcollapse.envs.retrieval import BM25Index
-from agentcollapse.envs.searchqa_data import Dataset, Passage, Question, load_dataset
-from agentcollapse.envs.searchqa_world import KINDS, World, generate_world, make_question
+from agentcollapse.envs.searchqa.data import Dataset, Passage, Question, load_dataset
+from agentcollapse.envs.searchqa.world import KINDS, World, generate_world, make_question
 from agentcollapse.envs.splits import is_held_out_seed
 from agentcollapse.errors import UserError
 

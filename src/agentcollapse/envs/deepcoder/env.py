@@ -16,8 +16,8 @@ again, until it passes or the turns run out.
 
 Programs run in ``envs.sandbox`` (``sandbox="strict"`` refuses to start without every layer,
 ``"best_effort"`` says once what is missing); the expected outputs stay in this process and outputs
-are compared here. Problems: the generated family (``deepcoder_problems.generate_problem``) or, with
-``data_path``, real problems (``deepcoder_problems.load_problems``): a JSON Lines file, of which a tenth
+are compared here. Problems: the generated family (``problems.generate_problem``) or, with
+``data_path``, real problems (``problems.load_problems``): a JSON Lines file, of which a tenth
 is held out (``split_problems``), or a directory holding ``train.jsonl`` and ``test.jsonl``. Held-out
 (evaluation) seeds draw (``envs.splits``) from the held-out problems; training
 and warm-start seeds from the rest, so an evaluation never asks a problem the policy trained on.
@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 from agentcollapse.config.env_kwargs import DeepCoderKwargs
 from agentcollapse.envs import register
 from agentcollapse.envs.base import SingleAnswerEnv
-from agentcollapse.envs.deepcoder_problems import (
+from agentcollapse.envs.deepcoder.problems import (
     _INPUT_FORMAT,
     _TASKS,
     DIFFICULTIES,

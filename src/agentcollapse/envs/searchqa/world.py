@@ -23,7 +23,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agentcollapse.envs.searchqa_data import Dataset, Hop, Passage, Question
+from agentcollapse.envs.searchqa.data import Dataset, Hop, Passage, Question
 
 KINDS = ("single", "bridge", "comparison")
 _ONSETS = ("b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr", "kr", "tr", "th", "sh", "vr", "qu")

@@ -1,5 +1,5 @@
 """Sokoban's levels and planner: the room, the push rule, the BFS solver, exact solution lengths and
-the reverse-play level generator (``envs.sokoban`` plays them as a text game).
+the reverse-play level generator (``env.py`` plays them as a text game).
 
 Levels come from reverse play: a room with a wall border and a few inner walls (3-6 in a 6x6 room;
 the floor stays connected), boxes placed on their targets, the player on a free cell, then

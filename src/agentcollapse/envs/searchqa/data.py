@@ -1,5 +1,5 @@
 """SearchQA's data: the passages and questions an episode searches and answers, and the loader of a
-real corpus from ``env.data_path`` (the generated world is ``searchqa_world``).
+real corpus from ``env.data_path`` (the generated world is ``world.py``).
 
 ``env.data_path`` names a directory holding two JSON Lines files, one object a line:
 
