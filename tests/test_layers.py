@@ -30,6 +30,7 @@ LAYERS = {
     "algorithms": 3,
     "envs": 2,
     "models": 2,
+    "sandbox": 1,  # runs untrusted code for any env (DeepCoder): the standard library only, nothing above
     "config": 1,  # the schema, where conf/ is and composition from it: pure data at the bottom
     "records": 1,
     "registry": 1,

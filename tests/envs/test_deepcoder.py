@@ -8,12 +8,12 @@ from agentcollapse import envs
 from agentcollapse.config import EnvConfig
 from agentcollapse.envs.deepcoder.env import compilable, extract_code
 from agentcollapse.envs.deepcoder.problems import _TASKS, CodeProblem, generate_problem, load_problems, reference_program
-from agentcollapse.envs.sandbox import Sandbox
 from agentcollapse.errors import UserError
 from agentcollapse.models.tokenizer import build_tokenizer
+from agentcollapse.sandbox import Sandbox
 from agentcollapse.seeds import TRAIN_SEED_BASE
 
-pytestmark = pytest.mark.xdist_group("sandbox")  # with tests/envs/test_sandbox.py, whose leftover checks see all sandboxes
+pytestmark = pytest.mark.xdist_group("sandbox")  # with tests/sandbox/test_sandbox.py, whose leftover checks see all sandboxes
 
 
 def _sum_env(**kw):

@@ -15,9 +15,9 @@ import pytest
 
 from agentcollapse import envs
 from agentcollapse.envs.deepcoder.problems import CodeProblem, generate_problem
-from agentcollapse.envs.sandbox import OK, Limits, Sandbox, outputs_match
+from agentcollapse.sandbox import OK, Limits, Sandbox, outputs_match
 
-pytestmark = pytest.mark.xdist_group("sandbox")  # with tests/envs/test_sandbox.py, whose leftover checks see all sandboxes
+pytestmark = pytest.mark.xdist_group("sandbox")  # with tests/sandbox/test_sandbox.py, whose leftover checks see all sandboxes
 
 
 @pytest.mark.parametrize(

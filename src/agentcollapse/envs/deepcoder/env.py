@@ -14,7 +14,7 @@ Single turn by default, as in the paper; ``max_turns > 1`` is the multi-turn age
 program gets the first failing example's input, expected and actual output (or the error) and tries
 again, until it passes or the turns run out.
 
-Programs run in ``envs.sandbox`` (``sandbox="strict"`` refuses to start without every layer,
+Programs run in ``agentcollapse.sandbox`` (``sandbox="strict"`` refuses to start without every layer,
 ``"best_effort"`` says once what is missing); the expected outputs stay in this process and outputs
 are compared here. Problems: the generated family (``problems.generate_problem``) or, with
 ``data_path``, real problems (``problems.load_problems``): a JSON Lines file, of which a tenth
@@ -48,9 +48,9 @@ from agentcollapse.envs.deepcoder.problems import (
     split_problems,
     tasks_for,
 )
-from agentcollapse.envs.sandbox import MODES, OK, Check, Limits, Sandbox, SandboxUnavailable, TestRun, outputs_match
 from agentcollapse.envs.splits import is_held_out_seed
 from agentcollapse.errors import UserError
+from agentcollapse.sandbox import MODES, OK, Check, Limits, Sandbox, SandboxUnavailable, TestRun, outputs_match
 
 MAX_CODE_CHARS = 20_000
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n?(.*?)```", re.DOTALL | re.IGNORECASE)

@@ -21,9 +21,10 @@ from pathlib import Path
 import pytest
 
 from agentcollapse import envs
-from agentcollapse.envs import sandbox as sandbox_module
+from agentcollapse import sandbox as sandbox_module
 from agentcollapse.envs.deepcoder.problems import CodeProblem
-from agentcollapse.envs.sandbox import _UID_BASE, ERROR, OK, OUTPUT_LIMIT, TIMEOUT, Limits, Sandbox, SandboxUnavailable
+from agentcollapse.sandbox import ERROR, OK, OUTPUT_LIMIT, TIMEOUT, Limits, Sandbox, SandboxUnavailable
+from agentcollapse.sandbox.child import _UID_BASE
 
 pytestmark = pytest.mark.xdist_group("sandbox")  # one worker: the leftover checks see only our processes
 
@@ -278,7 +279,7 @@ def test_exiting_early_or_patching_the_checker_passes_nothing():
     forged = json.dumps({"i": 1, "status": "ok", "stdout": SECRET + "-2\n", "stderr": "", "seconds": 0})
     patch = (
         "import sys, json\n"
-        "try:\n    import agentcollapse.envs.sandbox as s\n    s.outputs_match = lambda *a, **k: True\nexcept ImportError:\n    pass\n"
+        "try:\n    import agentcollapse.sandbox.compare as s\n    s.outputs_match = lambda *a, **k: True\nexcept ImportError:\n    pass\n"
         "import builtins\nbuiltins.print = lambda *a, **k: None\n"
         f"sys.stdout.write({forged!r} + '\\n')\n"
         'import os\nfor fd in range(3, 20):\n    try:\n        os.write(fd, b\'{"i": 0, "status": "ok", "stdout": "x"}\\n\')\n    except OSError:\n        pass\n'
@@ -299,7 +300,7 @@ def test_without_namespaces_strict_refuses_and_best_effort_says_so_once(caplog):
     with pytest.raises(SandboxUnavailable, match="best_effort"):
         Sandbox("strict", namespaces=False).probe()
     sandbox = Sandbox("best_effort", Limits(cpu_seconds=1, wall_seconds=2), namespaces=False)
-    with caplog.at_level(logging.WARNING, logger="agentcollapse.envs.sandbox"):
+    with caplog.at_level(logging.WARNING, logger="agentcollapse.sandbox"):
         layers = sandbox.probe()
         runs = sandbox.run("while True:\n    pass", [""]) + sandbox.run("print(int(input()) * 2)", ["21"])
     assert not layers["net_namespace"] and not layers["pid_namespace"] and not layers["mount_namespace"]
@@ -314,7 +315,8 @@ _SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin")
 _AS_USER = """
 import importlib.util, json, os, sys
 sys.path.insert(0, os.path.dirname(sys.argv[2]))  # pyseccomp, copied there
-spec = importlib.util.spec_from_file_location("sandbox_as_user", sys.argv[1])
+folder = sys.argv[1]  # the package alone, loaded from its folder (nobody cannot read the venv)
+spec = importlib.util.spec_from_file_location("sandbox_as_user", os.path.join(folder, "__init__.py"), submodule_search_locations=[folder])
 m = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = m
 spec.loader.exec_module(m)
@@ -347,14 +349,16 @@ def test_as_an_ordinary_user_every_layer_holds():
 
     import pyseccomp
 
-    sandbox_file = str(Path(sandbox_module.__file__).resolve())
+    sandbox_folder = str(Path(sandbox_module.__file__).resolve().parent)
     outside = Path(tempfile.mkdtemp(prefix="sandbox-as-user-"))
     try:
         outside.chmod(0o777)
         shutil.copy(pyseccomp.__file__, outside / "pyseccomp.py")
         target = outside / "pwned"
         cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all", "--bounding-set=-all"]
-        proc = subprocess.run([*cmd, _SYSTEM_PYTHON, "-c", _AS_USER, sandbox_file, str(target)], capture_output=True, text=True, timeout=60)
+        proc = subprocess.run(
+            [*cmd, _SYSTEM_PYTHON, "-c", _AS_USER, sandbox_folder, str(target)], capture_output=True, text=True, timeout=60
+        )
         if proc.returncode != 0 and ("Permission denied" in proc.stderr or "user namespace" in proc.stderr):
             pytest.skip(f"nobody cannot run the sandbox here: {proc.stderr.strip().splitlines()[-1]}")
         assert proc.returncode == 0, proc.stderr
