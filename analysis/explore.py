@@ -20,7 +20,9 @@
 #
 # Open it as a notebook with `.venv/bin/jupytext --to ipynb analysis/explore.py` (jupytext pairs the
 # two files), or run it as a script. The sweep directory comes from `AGENTCOLLAPSE_SWEEP` (default: the
-# newest `multirun/*/*/`); every table and plot is also written by `make report SWEEP=<dir>`.
+# newest `multirun/*/*/`); every table and plot is also written by `make report SWEEP=<dir>`. Each cell
+# calls a function of the library `agentcollapse.analysis` (`load_runs`, `build_tables`, `target_noise`,
+# `lag_summary`, `plot_*`); nothing is computed here that the library does not.
 
 # %%
 import os

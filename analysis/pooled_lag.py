@@ -3,8 +3,8 @@
 
     .venv/bin/python analysis/pooled_lag.py docs/results/<sweep>/lag.csv ... [--out docs/results/lag-pooled]
 
-Writes ``<out>/lag_pooled.csv`` and ``.md``: one row per sweep (named by its folder) and one for all of
-them, with the counts, lag and sign test of ``agentcollapse.analysis.lag.lag_summary`` and the
+A thin command over :func:`agentcollapse.analysis.pooled_lag`. Writes ``<out>/lag_pooled.csv`` and
+``.md``: one row per sweep (named by its folder) and one for all of them, with the counts, lag and sign test of ``agentcollapse.analysis.lag.lag_summary`` and the
 warning's recall, precision and Fisher test of ``warning_quality`` (for all of them, also the
 Cochran-Mantel-Haenszel test with each sweep a stratum: the honest pooled p).
 """
@@ -15,21 +15,9 @@ import argparse
 import sys
 from pathlib import Path
 
-import pandas as pd
-
-from agentcollapse.analysis import lag_summary, warning_quality
+from agentcollapse.analysis import pooled_lag
+from agentcollapse.analysis.lag import POOLED_COLUMNS
 from agentcollapse.analysis.markdown import md_table
-
-COLUMNS = ["sweep", "runs", "both", "mi_only", "success_only", "neither", "mi_first", "same_step", "success_first"]
-COLUMNS += ["median_lag", "sign_test_p", "recall", "precision", "success_decline_without_mi", "fisher_p", "cmh_p"]
-
-
-def pooled(paths: list[Path]) -> pd.DataFrame:
-    tables = {path.parent.name: pd.read_csv(path).assign(sweep=path.parent.name) for path in paths}
-    rows = [{"sweep": name, **lag_summary(t), **warning_quality(t)} for name, t in tables.items()]
-    everything = pd.concat(tables.values(), ignore_index=True)
-    rows.append({"sweep": "all", **lag_summary(everything), **warning_quality(everything, strata="sweep")})
-    return pd.DataFrame(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,10 +29,10 @@ def main(argv: list[str] | None = None) -> int:
     if missing:
         print(f"pooled_lag: no such lag table: {', '.join(missing)}; write them with make tables SWEEP=<dir>", file=sys.stderr)
         return 2
-    frame = pooled(args.tables)
+    frame = pooled_lag(args.tables)
     args.out.mkdir(parents=True, exist_ok=True)
     frame.to_csv(args.out / "lag_pooled.csv", index=False)
-    text = md_table(frame[COLUMNS], digits=2)
+    text = md_table(frame[POOLED_COLUMNS], digits=2)
     (args.out / "lag_pooled.md").write_text(text)
     print(text)
     return 0

@@ -2,25 +2,22 @@
 
     .venv/bin/python analysis/report.py --runs <sweep dir> [--out <dir>] [--report <file>]
 
-Tables and plots go to ``<out>`` (default ``<first --runs>/analysis``), the report to
-``<first --runs>/report.md`` unless ``--report`` says otherwise.
+A thin command over :func:`agentcollapse.analysis.write_report`. Tables and plots go to ``<out>``
+(default ``<first --runs>/analysis``), the report to ``<first --runs>/report.md`` unless ``--report``
+says otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from agentcollapse.analysis import write_report  # noqa: E402
-from correlations import add_common, parse_targets, run_main  # noqa: E402
+from agentcollapse.analysis import write_report
+from agentcollapse.analysis.commands import add_run_arguments, parse_targets, run_main
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common(ap)
+    add_run_arguments(ap)
     ap.add_argument("--out", default=None, help="tables and plots (default: <first --runs>/analysis)")
     ap.add_argument("--report", default=None, help="the report file (default: <first --runs>/report.md)")
     args = ap.parse_args(argv)

@@ -3,7 +3,8 @@ quartile / filter-vs-no-filter / filter-metric / slip ablations and the MI-befor
 
     .venv/bin/python analysis/tables.py --runs <sweep dir> [--out <dir>]
 
-Writes to ``<out>`` (default ``<first --runs>/analysis``) and prints the Spearman table.
+A thin command over :func:`agentcollapse.analysis.write_tables`. Writes to ``<out>`` (default
+``<first --runs>/analysis``) and prints the Spearman table.
 """
 
 from __future__ import annotations
@@ -12,15 +13,13 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from agentcollapse.analysis import load_runs, write_tables  # noqa: E402
-from correlations import add_common, parse_targets, run_main  # noqa: E402
+from agentcollapse.analysis import load_runs, write_tables
+from agentcollapse.analysis.commands import add_run_arguments, parse_targets, run_main
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common(ap)
+    add_run_arguments(ap)
     ap.add_argument("--out", default=None, help="output directory (default: <first --runs>/analysis)")
     args = ap.parse_args(argv)
     runset = load_runs(args.runs, last_k=args.last_k, at_step=args.at_step)

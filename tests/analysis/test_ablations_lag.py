@@ -1,5 +1,6 @@
 import math
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -137,3 +138,17 @@ def test_the_stratified_test_does_not_take_base_rates_for_an_association():
     e, v = 10 * 10 / 20, 10 * 10 * 10 * 10 / (20 * 20 * 19)
     assert mantel_haenszel_p([[[8, 2], [2, 8]]]) == pytest.approx(float(norm.sf((8 - e - 0.5) / math.sqrt(v))))
     assert math.isnan(mantel_haenszel_p([[[1, 0], [0, 0]]]))
+
+
+def test_the_committed_pooled_lag_table_recomputes_from_the_committed_lag_tables():
+    """``analysis/pooled_lag.py`` is a thin command over ``pooled_lag``: the library reproduces the
+    committed table from the lag tables of the sweeps it names (those committed when it was made)."""
+    import pandas as pd
+
+    from agentcollapse.analysis import pooled_lag
+
+    results = Path(__file__).resolve().parents[2] / "docs" / "results"
+    committed = pd.read_csv(results / "lag-pooled" / "lag_pooled.csv")
+    frame = pooled_lag([results / sweep / "lag.csv" for sweep in committed["sweep"] if sweep != "all"])
+    assert list(frame["sweep"]) == list(committed["sweep"])
+    pd.testing.assert_frame_equal(frame[committed.columns], committed, check_dtype=False, rtol=1e-9)

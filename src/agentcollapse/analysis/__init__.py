@@ -4,7 +4,7 @@ pandas/scipy/matplotlib; ``docs/analysis.md``)."""
 
 from agentcollapse.analysis.ablations import filter_metric_table, main_table, quartile_table, slip_table
 from agentcollapse.analysis.correlations import spearman_markdown, spearman_table, target_noise
-from agentcollapse.analysis.lag import lag_summary, lag_table, onset, warning_quality
+from agentcollapse.analysis.lag import lag_summary, lag_table, onset, pooled_lag, warning_quality
 from agentcollapse.analysis.plots import plot_curves, plot_forest, plot_grad_buckets, plot_regimes, plot_simulator, plot_trajectories
 from agentcollapse.analysis.report import build_tables, write_report, write_tables
 from agentcollapse.analysis.runs import RunSet, SkippedRunsWarning, find_run_dirs, load_runs
@@ -26,6 +26,7 @@ __all__ = [
     "plot_regimes",
     "plot_simulator",
     "plot_trajectories",
+    "pooled_lag",
     "quartile_table",
     "slip_table",
     "spearman_markdown",

@@ -25,6 +25,7 @@ measured every ``diagnostics.compute_freq`` steps and success every ``trainer.va
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -34,7 +35,11 @@ from agentcollapse.analysis.paper import HEADLINE_MI, SUCCESS
 from agentcollapse.analysis.runs import RunSet
 from agentcollapse.analysis.stats import binomial_se, mantel_haenszel_p
 
-__all__ = ["lag_summary", "lag_table", "onset", "warning_quality"]
+__all__ = ["POOLED_COLUMNS", "lag_summary", "lag_table", "onset", "pooled_lag", "warning_quality"]
+
+POOLED_COLUMNS = ["sweep", "runs", "both", "mi_only", "success_only", "neither", "mi_first", "same_step", "success_first"]
+POOLED_COLUMNS += ["median_lag", "sign_test_p", "recall", "precision", "success_decline_without_mi", "fisher_p", "cmh_p"]
+"""The columns of :func:`pooled_lag`'s table as ``analysis/pooled_lag.py`` prints it."""
 
 
 def onset(steps, values, *, frac: float = 0.25, min_drop: float = 0.0) -> float:
@@ -154,3 +159,14 @@ def warning_quality(table: pd.DataFrame, strata: str | None = None) -> dict[str,
         "fisher_p": float(sps.fisher_exact(_2x2((both, mi_only, success_only, neither)), alternative="greater").pvalue),
         "cmh_p": mantel_haenszel_p([_2x2(_counts(part)) for _, part in table.groupby(strata)]) if strata else math.nan,
     }
+
+
+def pooled_lag(paths: list[Path]) -> pd.DataFrame:
+    """Per-run lag tables (``lag.csv``, one per sweep, as ``make tables`` writes them) pooled: one row per
+    sweep (named by its folder) with :func:`lag_summary` and :func:`warning_quality`, and one for all of
+    them, whose warning quality takes each sweep as a stratum (the Cochran-Mantel-Haenszel p)."""
+    tables = {path.parent.name: pd.read_csv(path).assign(sweep=path.parent.name) for path in paths}
+    rows = [{"sweep": name, **lag_summary(t), **warning_quality(t)} for name, t in tables.items()]
+    everything = pd.concat(tables.values(), ignore_index=True)
+    rows.append({"sweep": "all", **lag_summary(everything), **warning_quality(everything, strata="sweep")})
+    return pd.DataFrame(rows)
