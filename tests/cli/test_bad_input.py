@@ -108,6 +108,10 @@ CASES = {
         ["rollout.engine=vllm", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2", "rollout.vllm.kv_cache_gib=100000"],
         ["2 vLLM engines x rollout.vllm.kv_cache_gib=100000", "lower rollout.vllm.kv_cache_gib"],
     ),
+    "a tiny head size vLLM's CPU attention lacks": (
+        ["rollout.engine=vllm", "model.hidden_size=64", "model.num_heads=4"],
+        ["model=tiny (model.hidden_size=64 / model.num_heads=4)", "head size 16", "32", "model.num_heads", "rollout.engine=hf"],
+    ),
     "negative staleness bound": (["rollout.max_staleness=-1"], ["rollout.max_staleness=-1 must be an integer >= 0"]),
     "async rollouts without an engine to overlap": (
         ["rollout.max_staleness=1"],

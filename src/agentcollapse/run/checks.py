@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import fields
 
+import torch
 from omegaconf import DictConfig
 
 from agentcollapse import envs
@@ -31,7 +32,7 @@ from agentcollapse.diagnostics.samplers import sampler_names
 from agentcollapse.errors import UserError, one_of
 from agentcollapse.filtering import BUCKET_MODES, check_settings, score_names, strategy_names
 from agentcollapse.models.weights import DTYPE_NAMES, MODEL_NAMES, hf_path_message
-from agentcollapse.rollout.vllm_engine import ENGINES
+from agentcollapse.rollout.vllm_engine import ENGINES, check_cpu_head_size
 
 __all__ = ["check", "compose_run", "load_run_config", "resolve_presets", "validate"]
 
@@ -78,6 +79,13 @@ def validate(cfg: RunConfig) -> None:
         _check_engines_per_node(cfg)
     if cfg.rollout.max_staleness > 0:
         _check_async_rollouts(cfg, algo.dynamic_sampling)
+    if cfg.rollout.engine == "vllm" and cfg.model.name == "tiny" and not cfg.model.path and not torch.cuda.is_available():
+        m = cfg.model  # the tiny policy is built after these checks: its head size is known now, its engine's failure later
+        check_cpu_head_size(
+            m.hidden_size // m.num_heads,
+            f"model=tiny (model.hidden_size={m.hidden_size} / model.num_heads={m.num_heads})",
+            ": choose model.num_heads so that hidden_size / num_heads is one of them",
+        )
 
 
 def _check_engines_per_node(cfg: RunConfig) -> None:
