@@ -23,7 +23,7 @@ VLLM := $(shell nvidia-smi -L >/dev/null 2>&1 && echo vllm==0.32.0 || echo vllm-
 quote = '$(subst ','\'',$(1))'
 run = $(or $(2),$(BIN)/python) -m agentcollapse.sweep.storage --mask $(call quote,$(1)); $(1)
 
-.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-proxy-smollm2 bench-experiment bench-scaling bench-ranks mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report bench-retrieval bench-cli bench-grading bench-headroom
+.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-proxy-smollm2 bench-experiment bench-scaling bench-ranks bench-async mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report bench-retrieval bench-cli bench-grading bench-headroom
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
@@ -104,6 +104,9 @@ bench-iteration: $(STAMP) ## one RL iteration vs the code before the performance
 
 bench-ranks: $(STAMP) ## two DDP ranks with a vLLM engine each vs one process, and the MI proxy split across them or not (SmolLM2, ~20 min)
 	@$(call run,$(BIN)/python -m benchmarks.bench_ranks $(ARGS))
+
+bench-async: $(STAMP) ## rollouts overlapping the update (rollout.max_staleness=1) vs synchronous, one core each (SmolLM2: ~50 min for 2 rounds of 5 steps at ~2 min a step)
+	@$(call run,$(BIN)/python -m benchmarks.bench_async $(ARGS))
 
 bench-scaling: $(STAMP) ## iteration time and peak memory as P, G, the turn cap and the response budget double (~10 min; ARGS='--model smollm2': SmolLM2, ~15 min)
 	@$(call run,$(BIN)/python -m benchmarks.bench_scaling $(ARGS))
