@@ -146,7 +146,7 @@ def main() -> None:
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = RESULTS / "learning.json"
-    rows = kept_rows(path, {(e, a, args.variant) for e in args.envs for a in args.algorithms}, row_key)
+    measured: list[dict[str, Any]] = []
     for env in args.envs:
         for algo in args.algorithms:
             runs: list[dict[str, Any]] = []
@@ -185,7 +185,9 @@ def main() -> None:
                 runs.append(run)
                 print(" ".join(line), flush=True)
             row = summarise(env, algo, args.variant, args.overrides, runs, args.steps)
-            rows = [r for r in rows if row_key(r) != row_key(row)] + [row]
+            measured.append(row)
+            # the file as it is now: another bench-learning (another variant) may have saved rows since this one began
+            rows = kept_rows(path, {row_key(r) for r in measured}, row_key) + measured
             print(
                 f"{env:10s} {algo:8s} {args.variant} T=1.0 {row['before T=1.0']['rate']:.3f} -> {row['after T=1.0']['rate']:.3f} ({row['verdict']})",
                 flush=True,
