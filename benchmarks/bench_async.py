@@ -15,6 +15,7 @@ Writes ``benchmarks/results/async.json`` and ``.md``. Not a test: numbers go in 
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 from pathlib import Path
@@ -25,12 +26,12 @@ from agentcollapse.analysis.markdown import md_table
 from benchmarks.common import (
     PHASES,
     ROOT,
+    Benchmark,
+    Results,
     alternating,
-    bench_parser,
     measured_train,
     median,
-    save_markdown,
-    save_result,
+    run,
     timed_run_overrides,
 )
 
@@ -52,10 +53,11 @@ def base_overrides(steps: int) -> list[str]:
     ]
 
 
-def main() -> None:
-    ap = bench_parser(__doc__, repeats=2, repeats_help="rounds of both arms (ABBA)")
+def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--steps", type=int, default=5, help="RL iterations per run; steps 2.. are timed")
-    args = ap.parse_args()
+
+
+def main(args: argparse.Namespace, save: Results) -> None:
     base = [*base_overrides(args.steps), *args.overrides]
     times: dict[str, dict[str, list[float]]] = {arm: {name: [] for name in COLUMNS} for arm in ARMS}
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ENGINE_CORE
@@ -66,16 +68,16 @@ def main() -> None:
             for name, col in COLUMNS.items():
                 times[arm][name] += later[col].dropna().tolist() if col in later else []
             print(f"round {rep} {arm}: step {later['perf/step_time_s'].median():.2f} s", flush=True)
-    write_results(times, base, args.repeats, args.steps, args.out)
+    write_results(times, base, args.repeats, args.steps, save)
 
 
-def write_results(times: dict[str, dict[str, list[float]]], base: list[str], repeats: int, steps: int, out: str, note: str = "") -> None:
+def write_results(
+    times: dict[str, dict[str, list[float]]], base: list[str], repeats: int, steps: int, save: Results, note: str = ""
+) -> None:
     """Medians per arm and phase into ``async.json`` and ``.md`` (``times``: each arm's per-step values; ``note``:
     how the measurement departed from the command's, if it did)."""
     table = {arm: {name: median(v) if v else float("nan") for name, v in phases.items()} for arm, phases in times.items()}
-    save_result(
-        "async", {"config": base, "arms": ARMS, "repeats": repeats, "steps": steps, "rows": table, "samples": times, "note": note}, out
-    )
+    save.json({"config": base, "arms": ARMS, "repeats": repeats, "steps": steps, "rows": table, "samples": times, "note": note})
     sync = table["synchronous (S=0)"]
     frame = pd.DataFrame(
         [
@@ -90,9 +92,10 @@ def write_results(times: dict[str, dict[str, list[float]]], base: list[str], rep
         md_table(frame),
         *([f"\n{note}"] if note else []),
     ]
-    save_markdown("async", lines, out)
-    print("\n".join(lines))
+    save.markdown(lines, echo=True)
 
+
+BENCHMARK = Benchmark("async", __doc__, main, flags, repeats=2, repeats_help="rounds of both arms (ABBA)")
 
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

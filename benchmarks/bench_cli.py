@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, median, save_result, subprocess_env
+from benchmarks.common import ROOT, Benchmark, Results, median, run, subprocess_env
 
 HEAVY = ("torch", "transformers", "peft", "lightning")
 # name -> (the console script's arguments, the exit status it must end with)
@@ -103,11 +103,11 @@ def measure(trees: dict[str, Path], repeats: int) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=5, help="runs of each command (the median is reported)")
+def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--against", default=None, help="another source tree's root to time alongside this one (e.g. an older commit's)")
-    args = ap.parse_args()
+
+
+def main(args: argparse.Namespace, save: Results) -> None:
     trees = {"now": ROOT}
     if args.against:
         trees["against"] = Path(args.against).resolve()
@@ -117,8 +117,12 @@ def main() -> None:
         print(
             f"{name}: compose {r['compose']['compose_s']:.2f} s, {r['compose']['package_modules']} package modules, heavy {r['compose']['heavy']}"
         )
-    save_result("cli", {"repeats": args.repeats, "load_1min": os.getloadavg()[0], "against": args.against, "commands": COMMANDS, **result})
+    save.json({"repeats": args.repeats, "load_1min": os.getloadavg()[0], "against": args.against, "commands": COMMANDS, **result})
 
+
+BENCHMARK = Benchmark(
+    "cli", __doc__, main, flags, repeats=5, repeats_help="runs of each command (the median is reported)", out=None, overrides=None
+)
 
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

@@ -22,7 +22,7 @@ import argparse
 import statistics
 from typing import Any
 
-from benchmarks.common import csv_list, save_result, timed, turn_order
+from benchmarks.common import Benchmark, Results, csv_list, run, timed, turn_order
 
 READINGS = (
     "mi_estimate",
@@ -40,14 +40,13 @@ def mode_overrides(mode: str) -> list[str]:
     return [f"rollout.context={name}", *([f"rollout.context_turns={turns}"] if turns else [])]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--modes", type=csv_list, default=["full", "window:1", "single_turn"], help="modes, window:k for a window")
     ap.add_argument("--iterations", type=int, default=3, help="training batches measured per mode (median / mean reported)")
     ap.add_argument("--name", default="context", help="result name (benchmarks/results/<name>.json)")
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. env=sokoban rollout.group_size=8")
-    args = ap.parse_args()
 
+
+def main(args: argparse.Namespace, save: Results) -> None:
     import logging
     import warnings
 
@@ -118,8 +117,12 @@ def main() -> None:
     print("\nper mode (seconds: median; the rest: mean over iterations)")
     for mode, s in summary.items():
         print(f"{mode}: " + ", ".join(f"{k}={v:.3g}" for k, v in s.items()))
-    save_result(args.name, {"config": args.overrides, "modes": args.modes, "iterations": args.iterations, "summary": summary, "rows": rows})
+    save.json(
+        {"config": args.overrides, "modes": args.modes, "iterations": args.iterations, "summary": summary, "rows": rows}, name=args.name
+    )
 
+
+BENCHMARK = Benchmark("context", __doc__, main, flags, overrides="Hydra overrides, e.g. env=sokoban rollout.group_size=8")
 
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

@@ -23,6 +23,7 @@ Not a test: numbers go in issue notes.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,17 @@ import torch
 from agentcollapse.lightning.update import micro_batches
 from agentcollapse.rollout.sequences import build_sequences, collate
 from agentcollapse.run.jobs import config_and_policy, training_batch
-from benchmarks.common import alternating, bench_parser, linear_params, matmul_probe, policy_dir, save_result, timed, with_model
+from benchmarks.common import (
+    Benchmark,
+    Results,
+    alternating,
+    linear_params,
+    matmul_probe,
+    policy_dir,
+    run,
+    timed,
+    with_model,
+)
 
 MATMUL_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")  # the kernels the probe times
 DTYPES = ("float32", "bfloat16")
@@ -143,8 +154,12 @@ class Measured:
     checkpointing: bool = False
 
 
-def main() -> None:
-    args = parse_args()
+def flags(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--micro-batch", type=int, default=8, help="sequences per forward (the update's algorithm.micro_batch_size default)")
+    ap.add_argument("--no-profile", action="store_true", help="skip the profiled update of each dtype")
+
+
+def main(args: argparse.Namespace, save: Results) -> None:
     base = with_model(args.overrides)
     base = [*base, "rollout.num_prompts=4", "rollout.group_size=8"] if not any("num_prompts" in o for o in base) else base
     m = time_dtypes(args, base)
@@ -162,8 +177,7 @@ def main() -> None:
             f"{dtype} update profile (self time {prof['self_s']:.1f}s): "
             + ", ".join(f"{t['op']} {t['share']:.0%}" for t in prof["top"][:6])
         )
-    save_result(
-        "dtype",
+    save.json(
         {
             "overrides": base,
             "repeats": args.repeats,
@@ -179,21 +193,8 @@ def main() -> None:
             "matmul_probe_gflops": rates,
             "limit": limit,
             "update_profile": m.profiles,
-        },
-        args.out,
+        }
     )
-
-
-def parse_args() -> Any:
-    ap = bench_parser(
-        __doc__,
-        repeats=2,
-        repeats_help="alternating float32/bfloat16 rounds",
-        overrides="Hydra overrides (model=smollm2-135m unless one is given)",
-    )
-    ap.add_argument("--micro-batch", type=int, default=8, help="sequences per forward (the update's algorithm.micro_batch_size default)")
-    ap.add_argument("--no-profile", action="store_true", help="skip the profiled update of each dtype")
-    return ap.parse_args()
 
 
 def time_dtypes(args: Any, base: list[str]) -> Measured:
@@ -264,5 +265,15 @@ def against_limit(
     return limit
 
 
+BENCHMARK = Benchmark(
+    "dtype",
+    __doc__,
+    main,
+    flags,
+    repeats=2,
+    repeats_help="alternating float32/bfloat16 rounds",
+    overrides="Hydra overrides (model=smollm2-135m unless one is given)",
+)
+
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

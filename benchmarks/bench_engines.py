@@ -24,18 +24,16 @@ import numpy as np
 from agentcollapse.diagnostics import collapse_metrics
 from agentcollapse.rollout.vllm_engine import VLLMEngine, engine_settings
 from agentcollapse.run.jobs import config_and_policy, training_batch
-from benchmarks.common import alternating, median, save_result
+from benchmarks.common import Benchmark, Results, alternating, median, run
 
 DEFAULTS = ["model=smollm2-135m", "model.warm_start.enabled=false", "rollout.num_prompts=8", "rollout.group_size=8"]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--repeats", type=int, default=3, help="rounds; each runs both engines (ABBA order)")
+def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--proxy-repeats", type=int, default=1, help="rounds of the MI proxy comparison (0: skip it)")
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides after the defaults, e.g. rollout.vllm.dtype=float32")
-    args = ap.parse_args()
 
+
+def main(args: argparse.Namespace, save: Results) -> None:
     cfg, policy = config_and_policy([*DEFAULTS, *args.overrides])
     started = time.perf_counter()
     engine = VLLMEngine(policy.source_dir, engine_settings(cfg.rollout.vllm), seed=cfg.seed)
@@ -95,8 +93,18 @@ def main() -> None:
         f"vllm {record['vllm']['rollout_s']:.1f}s ({record['vllm']['tokens_per_s']:.0f} tok/s); "
         f"vllm / hf time {record['ratio_vllm_over_hf_time']:.2f}"
     )
-    save_result("engines", record)
+    save.json(record)
 
+
+BENCHMARK = Benchmark(
+    "engines",
+    __doc__,
+    main,
+    flags,
+    repeats=3,
+    repeats_help="rounds; each runs both engines (ABBA order)",
+    overrides="Hydra overrides after the defaults, e.g. rollout.vllm.dtype=float32",
+)
 
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import ROOT, alternating, command, measured_train, save_markdown, save_result
+from benchmarks.common import ROOT, Benchmark, Results, alternating, command, measured_train, run
 
 DEFAULT_ARMS = "pilot=smollm2_filter_vs_none@frozenlake,prereg=smollm2_prereg@frozenlake"
 LEARNING_KEYS = (
@@ -119,15 +119,13 @@ def iteration_cost(rows: Any, val_every: int, compute_freq: int) -> dict[str, fl
     return {**cost, "iteration_s": at_cadence(cost, val_every, compute_freq)}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--arms", type=parse_arms, default=DEFAULT_ARMS, help=f"NAME=SWEEP@ENV,... (default {DEFAULT_ARMS})")
     ap.add_argument("--name", default="experiment", help="the result files' name under benchmarks/results/")
-    ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--steps", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("overrides", nargs="*", help="extra overrides for every arm")
-    args = ap.parse_args()
+
+
+def main(args: argparse.Namespace, save: Results) -> None:
     arms: dict[str, tuple[str, str]] = args.arms
     names = list(arms)
     base, last = names[0], names[-1]
@@ -177,7 +175,7 @@ def main() -> None:
         "peak_gib": {arm: med(arm, "peak_rss_mib") / 1024 for arm in arms},
         "iteration_s": {arm: med(arm, "iteration_s") for arm in arms},
     }
-    save_result(args.name, {"steps": args.steps, "repeats": args.repeats, "arms": arms, "runs": results, "summary": summary})
+    save.json({"steps": args.steps, "repeats": args.repeats, "arms": arms, "runs": results, "summary": summary}, name=args.name)
     lines = [
         f"# A SmolLM2 experiment's iteration: {', '.join(f'{a} (`sweeps/{sw}.yaml`, {env})' for a, (sw, env) in arms.items())}",
         "",
@@ -199,9 +197,11 @@ def main() -> None:
         "- step 1, one update each: "
         + "; ".join(f"{k} " + " vs ".join(f"{results[a][0]['step1'].get(k, float('nan')):.4g}" for a in names) for k in LEARNING_KEYS),
     ]
-    save_markdown(args.name, lines)
+    save.markdown(lines, name=args.name)
     print("\n".join(lines))
 
 
+BENCHMARK = Benchmark("experiment", __doc__, main, flags, repeats=1, threads=2, overrides="extra overrides for every arm")
+
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

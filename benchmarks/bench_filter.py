@@ -22,18 +22,17 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from benchmarks.common import alternating, floats, save_result, timed
+from benchmarks.common import Benchmark, Results, alternating, floats, run, timed
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--rhos", type=floats, default=[1.0, 0.9, 0.6], help="comma-separated top_p values; the first is the baseline")
-    ap.add_argument("--repeats", type=int, default=3, help="interleaved repetitions per rho (median reported)")
     ap.add_argument("--top-p-mode", choices=("linear", "softmax"), default="linear")
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. rollout.num_prompts=8 rollout.group_size=16")
-    args = ap.parse_args()
+
+
+def main(args: argparse.Namespace, save: Results) -> None:
     if args.repeats < 1 or not args.rhos:
-        ap.error("need --repeats >= 1 and at least one rho")
+        raise SystemExit("bench_filter: need --repeats >= 1 and at least one rho")
 
     import logging
     import warnings
@@ -95,11 +94,20 @@ def main() -> None:
     rows = [{"rho": rho, "kept": len(kept[rho]), "median_s": statistics.median(times[rho]), "all_s": times[rho]} for rho in args.rhos]
     for row in rows:
         row["ratio"] = row["median_s"] / base
-    save_result(
-        "filter",
-        {"P": P, "G": batch.group_size, "repeats": args.repeats, "top_p_mode": args.top_p_mode, "overrides": args.overrides, "rows": rows},
+    save.json(
+        {"P": P, "G": batch.group_size, "repeats": args.repeats, "top_p_mode": args.top_p_mode, "overrides": args.overrides, "rows": rows}
     )
 
 
+BENCHMARK = Benchmark(
+    "filter",
+    __doc__,
+    main,
+    flags,
+    repeats=3,
+    repeats_help="interleaved repetitions per rho (median reported)",
+    overrides="Hydra overrides, e.g. rollout.num_prompts=8 rollout.group_size=16",
+)
+
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

@@ -21,7 +21,7 @@ import argparse
 import time
 from typing import Any
 
-from benchmarks.common import command, median, save_result
+from benchmarks.common import Benchmark, Results, command, median, run
 
 
 def _grade(make_env: Any, items: list[tuple[int, str]], parallel: bool) -> tuple[float, int]:
@@ -40,12 +40,7 @@ def _grade(make_env: Any, items: list[tuple[int, str]], parallel: bool) -> tuple
     return time.perf_counter() - started, sum(1 for env in batch if env.last_runs)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=2, help="alternating rounds of the two grading arms")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides (env=deepcoder and P=8 x G=8 come first)")
-    args = parser.parse_args()
-
+def main(args: argparse.Namespace, save: Results) -> None:
     from agentcollapse import envs
     from agentcollapse.run.jobs import config_and_policy, training_batch
 
@@ -79,7 +74,7 @@ def main() -> None:
     for arm in times:
         seconds, n = median(times[arm]), graded[arm][0]
         result[arm] = {"seconds": times[arm], "programs": n, "programs_per_s": n / seconds if seconds else 0.0}
-    save_result("grading", result)
+    save.json(result)
     print(
         f"{len(items)} trajectories ({result['format_valid']} format-valid, success {result['success_rate']:.2f}); rollout "
         f"{result['rollout_time_s']:.1f} s, of it in the envs {result['rollout_env_time_s']:.1f} s ({result['rollout_env_share']:.0%})"
@@ -91,5 +86,14 @@ def main() -> None:
         )
 
 
+BENCHMARK = Benchmark(
+    "grading",
+    __doc__.splitlines()[0],
+    main,
+    repeats=2,
+    repeats_help="alternating rounds of the two grading arms",
+    overrides="Hydra overrides (env=deepcoder and P=8 x G=8 come first)",
+)
+
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

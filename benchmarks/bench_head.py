@@ -12,6 +12,7 @@ pre-registered experiment trains. Both versions alternate on the same batch and 
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from pathlib import Path
@@ -23,15 +24,16 @@ import transformers
 from agentcollapse.algorithms.losses import entropy_from_logits, response_token_stats
 from agentcollapse.models.logprobs import token_logprobs
 from agentcollapse.models.smollm2 import smollm2_dir
-from benchmarks.common import bench_parser
+from benchmarks.common import Benchmark, Results, run
 
 B, T, START = 2, 560, 250
 
 
-def main() -> None:
-    ap = bench_parser(__doc__, repeats=4, repeats_help="alternating pairs (the first is dropped)", threads=1, out=None, overrides=None)
+def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16", help="the update's autocast dtype")
-    args = ap.parse_args()
+
+
+def main(args: argparse.Namespace, save: Results) -> None:
     torch.set_num_threads(args.threads)
     model = transformers.AutoModelForCausalLM.from_pretrained(smollm2_dir(Path.home() / ".cache" / "agentcollapse"))
     model.gradient_checkpointing_enable()
@@ -70,5 +72,9 @@ def main() -> None:
     )
 
 
+BENCHMARK = Benchmark(
+    "head", __doc__, main, flags, repeats=4, repeats_help="alternating pairs (the first is dropped)", threads=1, out=None, overrides=None
+)
+
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

@@ -30,7 +30,7 @@ from agentcollapse.diagnostics.collapse import reward_variance_stats
 from agentcollapse.rollout.runner import rollout_metrics
 from agentcollapse.rollout.vllm_engine import VLLMEngine, engine_settings
 from agentcollapse.run.jobs import config_and_policy, held_out_rollout, training_batch
-from benchmarks.common import RESULTS, commit, csv_list, kept_rows, save_result, timed
+from benchmarks.common import Benchmark, Results, commit, csv_list, kept_rows, run, timed
 
 SUCCESS_RANGE = (0.1, 0.8)  # T=1 held-out success with room both ways (the paper's starting points: 10-70%)
 MIN_VARIED_GROUPS = 0.5  # at least half the groups carry reward variance: the filter has something to rank
@@ -137,17 +137,17 @@ def table(rows: list[dict[str, Any]]) -> str:
     return text
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--envs", type=csv_list, default=ALL_ENVS, help="comma-separated (default: all seven)")
     ap.add_argument("--policies", type=csv_list, default=["tiny", "smollm2-135m"], help="comma-separated model presets")
     ap.add_argument("--episodes", type=int, default=64, help="held-out maps per temperature")
     ap.add_argument(
         "--variant", default=DEFAULT_VARIANT, help="name of the lever the overrides apply (a row of its own); 'default' = as shipped"
     )
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides for every cell")
-    args = ap.parse_intermixed_args()  # overrides may come before and after the flags
-    path = RESULTS / "headroom.json"
+
+
+def main(args: argparse.Namespace, save: Results) -> None:
+    path = save.out / "headroom.json"
     rows = kept_rows(path, {(p, e, args.variant) for p in args.policies for e in args.envs}, cell_key)
     for policy_name in args.policies:
         for env in args.envs:
@@ -163,9 +163,11 @@ def main() -> None:
                 f"RV>0 {row['varied_groups']:.2f}  Std/Mean {row['rv_std_over_mean']:.2f}: {row['reading']}",
                 flush=True,
             )
-            save_result("headroom", {"episodes": args.episodes, "rows": rows})  # after every cell: a long env keeps what it measured
-            (RESULTS / "headroom.md").write_text(table(rows))
+            save.json({"episodes": args.episodes, "rows": rows})  # after every cell: a long env keeps what it measured
+            save.markdown([table(rows).removesuffix("\n")])
 
+
+BENCHMARK = Benchmark("headroom", __doc__, main, flags, overrides="Hydra overrides for every cell")
 
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

@@ -20,6 +20,7 @@ the time it waited for a core, unevenly; on an idle machine the two agree. Saves
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import tempfile
 from dataclasses import dataclass, field
@@ -31,8 +32,9 @@ from benchmarks.common import (
     CLOCKS,
     PHASES,
     ROOT,
+    Benchmark,
+    Results,
     alternating,
-    bench_parser,
     best_probe,
     iteration_overrides,
     linear_params,
@@ -40,7 +42,7 @@ from benchmarks.common import (
     measured_train,
     phase_lists,
     policy_dir,
-    save_result,
+    run,
     timed,
     worktree,
 )
@@ -59,8 +61,14 @@ class Runs:
     tokens_per_pass: list[float] = field(default_factory=list)  # the current version's update positions per step
 
 
-def main() -> None:
-    args = parse_args()
+def flags(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--baseline", default=BASELINE, help="commit to compare against (a git worktree of it is made)")
+    ap.add_argument("--steps", type=int, default=6, help="RL iterations per run (steps 2.. are averaged)")
+    ap.add_argument("--no-validation", action="store_true", help="skip timing one held-out evaluation in the last pair")
+    ap.add_argument("--clock", choices=CLOCKS, default="wall", help="phase times on the wall clock, or in the process's CPU time")
+
+
+def main(args: argparse.Namespace, save: Results) -> None:
     overrides = [*iteration_overrides(args.steps, args.threads), *args.overrides]
     # Both versions load the same warm start (their cache keys agree), built here first if missing.
     n_lin, sizes = linear_params(policy_dir(overrides))
@@ -70,24 +78,9 @@ def main() -> None:
     runs = alternate_versions(args, overrides)
     probes.append(matmul_probe(shapes, args.threads))
     report = build_report(args, overrides, runs, n_lin, sizes, probes)
-    path = save_result("iteration", report, args.out)
+    path = save.json(report)
     print("\n".join(iteration_lines(report)))
     print(f"wrote {path}")
-
-
-def parse_args() -> Any:
-    ap = bench_parser(
-        __doc__,
-        repeats=2,
-        repeats_help="alternating baseline/current pairs",
-        threads=1,
-        overrides="extra Hydra overrides for both versions",
-    )
-    ap.add_argument("--baseline", default=BASELINE, help="commit to compare against (a git worktree of it is made)")
-    ap.add_argument("--steps", type=int, default=6, help="RL iterations per run (steps 2.. are averaged)")
-    ap.add_argument("--no-validation", action="store_true", help="skip timing one held-out evaluation in the last pair")
-    ap.add_argument("--clock", choices=CLOCKS, default="wall", help="phase times on the wall clock, or in the process's CPU time")
-    return ap.parse_args()
 
 
 def probe_shapes(sizes: dict[str, int]) -> list[tuple[int, int, int]]:
@@ -192,5 +185,16 @@ def achieved_rates(cur: dict[str, float], probe: dict[str, float], n_lin: int, s
     }
 
 
+BENCHMARK = Benchmark(
+    "iteration",
+    __doc__,
+    main,
+    flags,
+    repeats=2,
+    repeats_help="alternating baseline/current pairs",
+    threads=1,
+    overrides="extra Hydra overrides for both versions",
+)
+
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

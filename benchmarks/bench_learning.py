@@ -33,7 +33,7 @@ import pandas as pd
 from agentcollapse.analysis.markdown import md_table
 from agentcollapse.analysis.stats import wilson_interval
 from agentcollapse.run.checks import compose_run as compose_config
-from benchmarks.common import RESULTS, commit, csv_list, kept_rows, save_result, timed
+from benchmarks.common import RESULTS, Benchmark, Results, commit, csv_list, kept_rows, run, timed
 
 LOSS_ROWS = ["grpo+gspo", "grpo+cispo", "grpo+sapo"]  # GRPO's advantages and KL under each other policy loss
 
@@ -125,8 +125,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     )
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--envs", type=csv_list, default=["frozenlake"], help="comma-separated envs, one row each")
     ap.add_argument(
         "--algorithms", type=csv_list, default=["grpo", "dr_grpo", "dapo", "ppo", *LOSS_ROWS], help="presets; preset+loss for a policy loss"
@@ -139,13 +138,13 @@ def main() -> None:
     ap.add_argument(
         "--variant", default=DEFAULT_VARIANT, help="name of what the overrides change (a row of its own); 'default' = as shipped"
     )
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides applied to every run")
-    args = ap.parse_intermixed_args()  # overrides may come before and after the flags
 
+
+def main(args: argparse.Namespace, save: Results) -> None:
     from agentcollapse.run import train as run_training
 
     stamp = time.strftime("%Y%m%d-%H%M%S")
-    path = RESULTS / "learning.json"
+    path = save.out / "learning.json"
     measured: list[dict[str, Any]] = []
     for env in args.envs:
         for algo in args.algorithms:
@@ -192,9 +191,11 @@ def main() -> None:
                 f"{env:10s} {algo:8s} {args.variant} T=1.0 {row['before T=1.0']['rate']:.3f} -> {row['after T=1.0']['rate']:.3f} ({row['verdict']})",
                 flush=True,
             )
-            save_result("learning", {"episodes": args.episodes, "rows": rows})  # after every row: a long env keeps what it measured
-            (RESULTS / "learning.md").write_text(table(rows))
+            save.json({"episodes": args.episodes, "rows": rows})  # after every row: a long env keeps what it measured
+            save.markdown([table(rows).removesuffix("\n")])
 
+
+BENCHMARK = Benchmark("learning", __doc__, main, flags, out=None, overrides="Hydra overrides applied to every run")
 
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

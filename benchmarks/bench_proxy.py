@@ -28,12 +28,13 @@ numbers go in issue notes.
 
 from __future__ import annotations
 
+import argparse
 import re
 from dataclasses import dataclass
 from typing import Any
 
 from agentcollapse.run.trainer import attach_to_trainer
-from benchmarks.common import bench_parser, medians, save_result, timed
+from benchmarks.common import Benchmark, Results, medians, run, timed
 
 
 def _fill_empty_thinks(batch) -> int:
@@ -76,9 +77,18 @@ class Measured:
     max_diff: list[float]
 
 
-def main() -> None:
-    args = parse_args()
+def flags(ap: argparse.ArgumentParser) -> None:
+    ap.add_argument("--score-batch-size", type=int, default=None, help="cross_score batch size (default: diagnostics.score_batch_size)")
+    ap.add_argument("--fill-empty-thinks", action="store_true", help="use the decoded response as reasoning where the parser found none")
+    ap.add_argument("--skip-naive", action="store_true", help="do not time naive_cross_score (slow at large P, G)")
+    ap.add_argument(
+        "--name",
+        default="proxy",
+        help="result name: <out>/<name>.json (proxy_smollm2: the real model's, make bench-proxy-smollm2)",
+    )
 
+
+def main(args: argparse.Namespace, save: Results) -> None:
     from agentcollapse.run.jobs import config_and_policy, training_batch
 
     cfg, policy = config_and_policy(args.overrides)
@@ -102,26 +112,8 @@ def main() -> None:
     med = medians(measured.times)
     active = active_samplers(cfg)
     print_summary(args, cfg, med, measured, shape, active, score_bs)
-    save_result(args.name, build_record(args, cfg, med, measured, shape, active), args.out)
+    save.json(build_record(args, cfg, med, measured, shape, active), name=args.name)
     print_samplers(measured.proxy_out)
-
-
-def parse_args() -> Any:
-    ap = bench_parser(
-        __doc__,
-        repeats=3,
-        repeats_help="interleaved repetitions; medians are reported",
-        overrides="Hydra overrides, e.g. rollout.num_prompts=4 cache_dir=/tmp/c",
-    )
-    ap.add_argument("--score-batch-size", type=int, default=None, help="cross_score batch size (default: diagnostics.score_batch_size)")
-    ap.add_argument("--fill-empty-thinks", action="store_true", help="use the decoded response as reasoning where the parser found none")
-    ap.add_argument("--skip-naive", action="store_true", help="do not time naive_cross_score (slow at large P, G)")
-    ap.add_argument(
-        "--name",
-        default="proxy",
-        help="result name: <out>/<name>.json (proxy_smollm2: the real model's, make bench-proxy-smollm2)",
-    )
-    return ap.parse_args()
 
 
 def active_samplers(cfg: Any) -> list[str]:
@@ -299,5 +291,15 @@ def build_record(args: Any, cfg: Any, med: dict[str, float], measured: Measured,
     }
 
 
+BENCHMARK = Benchmark(
+    "proxy",
+    __doc__,
+    main,
+    flags,
+    repeats=3,
+    repeats_help="interleaved repetitions; medians are reported",
+    overrides="Hydra overrides, e.g. rollout.num_prompts=4 cache_dir=/tmp/c",
+)
+
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

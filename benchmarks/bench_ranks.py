@@ -16,6 +16,7 @@ Writes ``benchmarks/results/ranks.json`` and ``.md``. Not a test: numbers go in 
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 from pathlib import Path
@@ -27,12 +28,12 @@ from agentcollapse.analysis.markdown import md_table
 from benchmarks.common import (
     PHASES,
     ROOT,
+    Benchmark,
+    Results,
     alternating,
-    bench_parser,
     measured_train,
     median,
-    save_markdown,
-    save_result,
+    run,
     timed_run_overrides,
 )
 
@@ -65,10 +66,11 @@ def phase_medians(rows: Any) -> dict[str, list[float]]:
     return {name: later[col].dropna().tolist() if col in later else [] for name, col in PHASES.items()}
 
 
-def main() -> None:
-    ap = bench_parser(__doc__, repeats=2, repeats_help="rounds of every arm (ABBA)")
+def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--steps", type=int, default=3, help="RL iterations per run; steps 2.. are timed")
-    args = ap.parse_args()
+
+
+def main(args: argparse.Namespace, save: Results) -> None:
     base = [*base_overrides(args.steps), *args.overrides]
     times: dict[str, dict[str, list[float]]] = {arm: {name: [] for name in PHASES} for arm in ARMS}
     with tempfile.TemporaryDirectory() as tmp:
@@ -80,7 +82,7 @@ def main() -> None:
                 times[arm][name] += values
             print(f"round {rep} {arm}: step {median(phase_medians(rows)['step']):.2f} s", flush=True)
     table = {arm: {name: median(v) for name, v in phases.items()} for arm, phases in times.items()}
-    save_result("ranks", {"config": base, "arms": ARMS, "repeats": args.repeats, "rows": table, "samples": times}, args.out)
+    save.json({"config": base, "arms": ARMS, "repeats": args.repeats, "rows": table, "samples": times})
     ref = table["1 process, 1 thread"]
     frame = pd.DataFrame(
         [
@@ -99,9 +101,11 @@ def main() -> None:
         "",
         md_table(frame),
     ]
-    save_markdown("ranks", lines, args.out)
+    save.markdown(lines)
     print("\n".join(lines))
 
 
+BENCHMARK = Benchmark("ranks", __doc__, main, flags, repeats=2, repeats_help="rounds of every arm (ABBA)")
+
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

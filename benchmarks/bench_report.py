@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import RESULTS, code_changed_since, commit
+from benchmarks.common import RESULTS, Benchmark, Results, code_changed_since, commit, run
 
 # name -> the command that produces benchmarks/results/<name>.json
 PARTS = {
@@ -452,10 +452,11 @@ def load(results: Path, name: str) -> dict[str, Any] | None:
         return None
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--results", default=str(RESULTS), help="folder of the <name>.json files; latest.json and latest.md go there too")
-    args = ap.parse_args()
+
+
+def main(args: argparse.Namespace, save: Results) -> None:
     results = Path(args.results)
     parts = {name: load(results, name) for name in PARTS}
     head = commit()
@@ -490,5 +491,7 @@ def main() -> None:
         raise SystemExit(f"REGRESSED: {regression_lines(check)[0]}")
 
 
+BENCHMARK = Benchmark("latest", __doc__, main, flags, out=None, overrides=None)
+
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

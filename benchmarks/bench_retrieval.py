@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.common import command, csv_list, save_markdown, save_result, timed
+from benchmarks.common import Benchmark, Results, command, csv_list, run, timed
 
 K1, B = 1.2, 0.75
 Search = Callable[[str, int], list[int]]
@@ -143,15 +143,15 @@ def recall(results: list[list[int]], gold: list[int | None]) -> float:
     return float(np.mean(hits)) if hits else float("nan")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--sizes", type=csv_list, default=["2000", "100000"], help="corpus sizes (passages)")
     ap.add_argument("--queries", type=int, default=400, help="queries per size for bm25s and tantivy")
     ap.add_argument("--slow-queries", type=int, default=60, help="queries per size for rank-bm25 (O(N) per query word in Python)")
     ap.add_argument("--k", type=int, default=3, help="results per query (SearchQA's default top_k)")
     ap.add_argument("--arms", type=csv_list, default=list(ARMS), help="which libraries")
-    args = ap.parse_args()
 
+
+def main(args: argparse.Namespace, save: Results) -> None:
     from agentcollapse.envs.retrieval import tokenize
 
     rows: list[dict[str, Any]] = []
@@ -178,9 +178,8 @@ def main() -> None:
                 flush=True,
             )
 
-    save_result(
-        "retrieval",
-        {"k": args.k, "k1": K1, "b": B, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "tokenize_s": tokenize_times, "rows": rows},
+    save.json(
+        {"k": args.k, "k1": K1, "b": B, "omp_num_threads": os.environ.get("OMP_NUM_THREADS"), "tokenize_s": tokenize_times, "rows": rows}
     )
     lines = [
         "# The retrieval envs' BM25 index: bm25s vs rank-bm25 vs tantivy",
@@ -205,8 +204,10 @@ def main() -> None:
         "",
         "Tokenizing the passages (inside every build): " + ", ".join(f"{s:.2f} s at {n}" for n, s in tokenize_times.items()) + ".",
     ]
-    save_markdown("retrieval", lines)
+    save.markdown(lines)
 
+
+BENCHMARK = Benchmark("retrieval", __doc__, main, flags, overrides=None)
 
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

@@ -16,18 +16,16 @@ import statistics
 
 from agentcollapse.analysis.stats import wilson_interval
 from agentcollapse.run.jobs import config_and_policy, held_out_success, training_batch
-from benchmarks.common import alternating, floats, save_result
+from benchmarks.common import Benchmark, Results, alternating, floats, run
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--episodes", type=int, default=200)
-    ap.add_argument("--repeats", type=int, default=3, help="alternating pairs of the KV-reuse comparison (0: skip it)")
     ap.add_argument("--slips", type=floats, default=[0.0, 0.1], help="comma-separated, e.g. 0,0.1")
     ap.add_argument("--temperatures", type=floats, default=[1.0, 0.5, 0.0], help="comma-separated; 0 is greedy")
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. env=sokoban model.warm_start.steps=300")
-    args = ap.parse_args()
 
+
+def main(args: argparse.Namespace, save: Results) -> None:
     cfg, policy = config_and_policy(args.overrides)
     batch, perf = training_batch(policy, cfg)
     print(
@@ -73,8 +71,18 @@ def main() -> None:
             label = f"slip={slip}" if slip is not None else cfg.env.name
             print(f"warm-start success {label:10s} T={temp:<4}: {k / n:.3f}  95% CI [{lo:.3f}, {hi:.3f}]  (n={n})")
             record["success"].append({"label": label, "temperature": temp, "rate": k / n, "ci": [lo, hi], "n": n})
-    save_result("rollout", record)
+    save.json(record)
 
+
+BENCHMARK = Benchmark(
+    "rollout",
+    __doc__,
+    main,
+    flags,
+    repeats=3,
+    repeats_help="alternating pairs of the KV-reuse comparison (0: skip it)",
+    overrides="Hydra overrides, e.g. env=sokoban model.warm_start.steps=300",
+)
 
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

@@ -32,13 +32,13 @@ from typing import Any
 
 from benchmarks.common import (
     PHASES,
-    RESULTS,
     ROOT,
+    Benchmark,
+    Results,
     iteration_overrides,
     measured_train,
     policy_dir,
-    save_markdown,
-    save_result,
+    run,
     timed_run_overrides,
 )
 
@@ -98,16 +98,15 @@ def summarise(rows: Any, peak_mib: float, num_prompts: int, group_size: int) -> 
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--model", default="tiny", choices=["tiny", "smollm2"], help="the tiny policy on FrozenLake, or SmolLM2-135M on Countdown"
     )
     ap.add_argument("--steps", type=int, default=None, help="RL iterations per run, steps 2.. averaged (default: 5 tiny, 3 smollm2)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: 1 tiny, 2 smollm2)")
-    ap.add_argument("--out", default=str(RESULTS))
-    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every row")
-    args = ap.parse_args()
+
+
+def main(args: argparse.Namespace, save: Results) -> None:
     tiny = args.model == "tiny"
     args.steps = args.steps or (5 if tiny else 3)
     args.threads = args.threads or (1 if tiny else 2)
@@ -124,7 +123,7 @@ def main() -> None:
             print(f"{name} ({' '.join(extra) or 'as given'}): step {table[name]['step']:.2f} s, peak {peak:.0f} MiB", flush=True)
     ref = table["base"]
     result = "scaling" if tiny else "scaling_smollm2"
-    save_result(result, {"model": args.model, "config": base, "threads": args.threads, "rows": table}, args.out)
+    save.json({"model": args.model, "config": base, "threads": args.threads, "rows": table}, name=result)
     cols = ["step", "rollout", "scoring", "update", "proxy_step"]
     lines = [
         f"# Scaling: one size doubled per row ({'tiny policy, FrozenLake' if tiny else 'SmolLM2-135M, Countdown'}, P={size_of(base, 'rollout.num_prompts')} x "
@@ -142,9 +141,11 @@ def main() -> None:
             + f" | {r['step'] / ref['step']:.2f} | {r['peak_mib']:.0f} | {r['proxy_step'] / ref['proxy_step']:.2f}"
             + f" | {r['proxy_cost_model'] / ref['proxy_cost_model']:.2f} |"
         )
-    save_markdown(result, lines, args.out)
+    save.markdown(lines, name=result)
     print("\n".join(lines))
 
 
+BENCHMARK = Benchmark("scaling", __doc__, main, flags, overrides="extra Hydra overrides for every row")
+
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

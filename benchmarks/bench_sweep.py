@@ -20,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import RESULTS, ROOT, save_markdown, save_result, subprocess_env, timed
+from benchmarks.common import ROOT, Benchmark, Results, run, subprocess_env, timed
 
 
 def sweep_overrides(trials: int, steps: int) -> list[str]:
@@ -51,14 +51,13 @@ def timed_sweep(jobs: int, overrides: list[str], sweep_dir: Path) -> dict[str, f
     return {"jobs": jobs, "wall_s": wall, "trials": finished, "trials_per_hour": finished / wall * 3600}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--trials", type=int, default=4, help="trials per sweep (a multiple of 4: filter x entropy x seeds)")
     ap.add_argument("--steps", type=int, default=10, help="RL iterations per trial")
     ap.add_argument("--order", default="split,threaded", help="which layout runs first")
-    ap.add_argument("--out", default=str(RESULTS))
-    ap.add_argument("overrides", nargs="*", help="extra Hydra overrides for every trial")
-    args = ap.parse_args()
+
+
+def main(args: argparse.Namespace, save: Results) -> None:
     cores = os.cpu_count() or 1
     layouts = {"split": cores, "threaded": 1}
     overrides = [*sweep_overrides(args.trials, args.steps), *args.overrides]
@@ -68,7 +67,7 @@ def main() -> None:
             results[name] = timed_sweep(layouts[name], overrides, Path(tmp) / name)
             r = results[name]
             print(f"{name} ({r['jobs']} worker(s)): {r['trials']} trials in {r['wall_s']:.0f} s, {r['trials_per_hour']:.1f}/h", flush=True)
-    save_result("sweep", {"overrides": overrides, "cores": cores, "results": results}, args.out)
+    save.json({"overrides": overrides, "cores": cores, "results": results})
     split, threaded = results.get("split"), results.get("threaded")
     lines = [
         f"# Sweep throughput on {cores} cores ({args.trials} trials of {args.steps} iterations, order {args.order})",
@@ -82,9 +81,11 @@ def main() -> None:
     ]
     if split and threaded:
         lines += ["", f"split / threaded throughput: {split['trials_per_hour'] / threaded['trials_per_hour']:.2f}"]
-    save_markdown("sweep", lines, args.out)
+    save.markdown(lines)
     print("\n".join(lines))
 
 
+BENCHMARK = Benchmark("sweep", __doc__, main, flags, overrides="extra Hydra overrides for every trial")
+
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

@@ -75,10 +75,12 @@ from typing import Any
 from benchmarks.common import (
     PHASES,
     ROOT,
-    bench_parser,
+    Benchmark,
+    Results,
     median,
     phase_lists,
     rounds_within,
+    run,
     save_markdown,
     save_result,
     subprocess_env,
@@ -445,35 +447,7 @@ def versions() -> dict[str, str]:
     return out
 
 
-def main() -> None:
-    args = parse_args()
-    if args.trl_worker:
-        trl_worker(args)
-        return
-    names = model_names(args)
-    started = time.perf_counter()
-    sizes = {name: entry_args(args, name) for name in names}
-    if args.collapse_cost:
-        collapse_cost(args, names, sizes, started)
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        dirs, results = build_models(args, names, sizes, Path(tmp))
-        for rep in rounds_within(args.repeats, args.max_minutes, started):
-            for name in names:
-                for side in turn_order(("ours", "trl"), rep, swap=True):
-                    run_side(args, sizes, results, dirs, Path(tmp), name, side, rep)
-                    write_report(args, sizes, results, started, final=False)  # a cut-short run still leaves its numbers
-    write_report(args, sizes, results, started, final=True)
-
-
-def parse_args() -> argparse.Namespace:
-    ap = bench_parser(
-        __doc__,
-        repeats=2,
-        repeats_help="alternating ours/TRL pairs per model (one pair of all three: ~20 min on 2 cores)",
-        threads=2,
-        overrides="extra Hydra overrides for our side",
-    )
+def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument(
         "--models",
         "--vocabs",
@@ -525,7 +499,26 @@ def parse_args() -> argparse.Namespace:
         "every 5 (alternating; means over iterations 2..--steps, so with --steps 6 one in five carries the every-5 proxy)",
     )
     ap.add_argument("--collapse-freq", type=int, default=-1, help=argparse.SUPPRESS)
-    return ap.parse_args()
+
+
+def main(args: argparse.Namespace, save: Results) -> None:
+    if args.trl_worker:
+        trl_worker(args)
+        return
+    names = model_names(args)
+    started = time.perf_counter()
+    sizes = {name: entry_args(args, name) for name in names}
+    if args.collapse_cost:
+        collapse_cost(args, names, sizes, started)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        dirs, results = build_models(args, names, sizes, Path(tmp))
+        for rep in rounds_within(args.repeats, args.max_minutes, started):
+            for name in names:
+                for side in turn_order(("ours", "trl"), rep, swap=True):
+                    run_side(args, sizes, results, dirs, Path(tmp), name, side, rep)
+                    write_report(args, sizes, results, started, final=False)  # a cut-short run still leaves its numbers
+    write_report(args, sizes, results, started, final=True)
 
 
 def model_names(args: argparse.Namespace) -> list[str]:
@@ -775,5 +768,16 @@ def save_collapse_cost(
     return lines
 
 
+BENCHMARK = Benchmark(
+    "trl",
+    __doc__,
+    main,
+    flags,
+    repeats=2,
+    repeats_help="alternating ours/TRL pairs per model (one pair of all three: ~20 min on 2 cores)",
+    threads=2,
+    overrides="extra Hydra overrides for our side",
+)
+
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

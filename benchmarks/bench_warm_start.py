@@ -20,7 +20,7 @@ from agentcollapse.analysis.stats import wilson_interval
 from agentcollapse.models.policy import resolve_model_dir
 from agentcollapse.rollout.runner import rollout_metrics
 from agentcollapse.run.jobs import config_and_policy, held_out_rollout
-from benchmarks.common import RESULTS, commit, csv_list, floats, kept_rows, save_result, timed, with_model
+from benchmarks.common import Benchmark, Results, commit, csv_list, floats, kept_rows, run, timed, with_model
 
 
 def build_seconds(cfg: Any) -> float | None:
@@ -40,19 +40,19 @@ def measured_rows(envs: list[str], temperatures: list[float], episodes: int, unt
     return {(env, warm, temp) for env in envs for warm in arms for temp in temperatures}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--episodes", type=int, default=64)
     ap.add_argument(
         "--untuned-episodes", type=int, default=16, help="held-out maps for the untuned model (it decodes every turn to the budget: slow)"
     )
     ap.add_argument("--envs", type=csv_list, default=["frozenlake", "sokoban"], help="comma-separated")
     ap.add_argument("--temperatures", type=floats, default=[1.0, 0.5], help="comma-separated; 0 is greedy")
-    ap.add_argument("overrides", nargs="*", help="Hydra overrides (default model=smollm2-135m)")
-    args = ap.parse_args()
+
+
+def main(args: argparse.Namespace, save: Results) -> None:
     overrides = with_model(args.overrides)
     rows = kept_rows(
-        RESULTS / "warm_start.json", measured_rows(args.envs, args.temperatures, args.episodes, args.untuned_episodes), row_key
+        save.out / "warm_start.json", measured_rows(args.envs, args.temperatures, args.episodes, args.untuned_episodes), row_key
     )
     stamp = {"commit": commit(), "model_overrides": overrides}
     for env in args.envs:
@@ -91,8 +91,10 @@ def main() -> None:
                     flush=True,
                 )
                 # after every row: a long multi-turn env (an hour or more on 2 cores) keeps what it measured if stopped
-                save_result("warm_start", {"model_overrides": overrides, "episodes": args.episodes, "rows": rows})
+                save.json({"model_overrides": overrides, "episodes": args.episodes, "rows": rows})
 
+
+BENCHMARK = Benchmark("warm_start", __doc__, main, flags, overrides="Hydra overrides (default model=smollm2-135m)")
 
 if __name__ == "__main__":
-    main()
+    run(BENCHMARK)

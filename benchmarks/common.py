@@ -1,9 +1,17 @@
-"""What the benchmarks share: their command line, where results go and the provenance each carries,
-timing, alternating arms (within a time budget), the matmul limit, a worktree of an older commit, the
-timed training run (``agentcollapse train`` in a subprocess) and the configs they compose.
+"""The benchmarks' one harness and what they share: each benchmark declares itself as a :class:`Benchmark`
+(its name, its own flags, how it measures) and :func:`run` parses its command line (the flags every
+benchmark spells the same way, then its own), hands it a :class:`Results` that saves and reports under its
+name with the provenance each record carries, and runs it; beside it, timing, alternating arms (within a
+time budget), the matmul limit, a worktree of an older commit, the timed training run (``agentcollapse
+train`` in a subprocess) and the configs they compose.
 
 Every benchmark runs from the repository root as a module, ``python -m benchmarks.<name>`` (the
-Makefile's ``bench-*`` targets), so it imports this one as ``benchmarks.common``.
+Makefile's ``bench-*`` targets), so it imports this one as ``benchmarks.common``::
+
+    def flags(ap): ap.add_argument("--steps", type=int, default=5)
+    def main(args, save): ... save.json({...}); save.markdown(lines)
+    BENCHMARK = Benchmark("name", __doc__, main, flags, repeats=2)
+    if __name__ == "__main__": run(BENCHMARK)
 """
 
 from __future__ import annotations
@@ -18,6 +26,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -199,6 +208,60 @@ def bench_parser(
     if overrides is not None:
         ap.add_argument("overrides", nargs="*", help=overrides)
     return ap
+
+
+@dataclass(frozen=True)
+class Results:
+    """Where a benchmark's measurements go: ``<out>/<name>.json`` with its provenance (:func:`save_result`)
+    and ``<out>/<name>.md`` (:func:`save_markdown`), under the benchmark's name unless given another
+    (one benchmark may write several results). A benchmark that measures row by row saves after each."""
+
+    name: str
+    out: Path
+
+    def json(self, data: dict[str, Any], name: str | None = None) -> Path:
+        return save_result(name or self.name, data, self.out)
+
+    def markdown(self, lines: list[str], name: str | None = None, echo: bool = False) -> Path:
+        """Save the lines; ``echo``: print them too."""
+        if echo:
+            print("\n".join(lines))
+        return save_markdown(name or self.name, lines, self.out)
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One benchmark, as :func:`run` runs it: ``name`` names its result files, ``doc`` is its ``--help``,
+    ``flags(ap)`` adds its own flags to the shared ones (:func:`bench_parser`: ``repeats``, ``threads``, ``out``
+    and ``overrides`` as there), and ``main(args, save)`` measures and saves through ``save``."""
+
+    name: str
+    doc: str | None
+    main: Callable[[argparse.Namespace, Results], None]
+    flags: Callable[[argparse.ArgumentParser], None] | None = None
+    repeats: int | None = None
+    repeats_help: str | None = None
+    threads: int | None = None
+    out: str | Path | None = RESULTS
+    overrides: str | None = "extra Hydra overrides"
+
+
+def parser(bench: Benchmark) -> argparse.ArgumentParser:
+    """The benchmark's command line: the shared flags (:func:`bench_parser`), then its own."""
+    ap = bench_parser(
+        bench.doc, repeats=bench.repeats, repeats_help=bench.repeats_help, threads=bench.threads, out=bench.out, overrides=bench.overrides
+    )
+    if bench.flags is not None:
+        bench.flags(ap)
+    return ap
+
+
+def run(bench: Benchmark, argv: list[str] | None = None) -> None:
+    """Parse the command line (overrides may come before and after the flags) and measure, saving under
+    ``--out`` (the results folder when the benchmark has no ``--out``)."""
+    args = parser(bench).parse_intermixed_args(argv)
+    out = Path(args.out) if bench.out is not None else RESULTS
+    bench.main(args, Results(bench.name, out))
 
 
 def floats(text: str) -> list[float]:

@@ -37,7 +37,7 @@ def test_report_renders_what_exists_and_names_the_command_for_the_rest(bench_rep
     save_result("filter", filter_result(), tmp_path)
     (tmp_path / "proxy.json").write_text("{not json")  # a half-written file reads as not measured
     monkeypatch.setattr(sys, "argv", ["bench_report.py", "--results", str(tmp_path)])
-    bench_report.main()
+    bench_report.run(bench_report.BENCHMARK)
     report = (tmp_path / "latest.md").read_text()
     assert "| 0.6 | 3 of 8 | 3.000 | 0.50 |" in report
     for name in ("iteration", "proxy", "rollout", "trl", "scaling"):
@@ -51,7 +51,7 @@ def test_report_renders_what_exists_and_names_the_command_for_the_rest(bench_rep
 def test_a_result_from_an_older_script_is_reported_not_raised(bench_report, tmp_path, monkeypatch):
     (tmp_path / "filter.json").write_text(json.dumps({"commit": "unknown", "measured_at": "then", "P": 8}))
     monkeypatch.setattr(sys, "argv", ["bench_report.py", "--results", str(tmp_path)])
-    bench_report.main()
+    bench_report.run(bench_report.BENCHMARK)
     report = (tmp_path / "latest.md").read_text()
     assert "Could not read `filter.json`" in report and "re-run `make bench-filter`" in report
     assert "the code has changed since" in report  # an unknown commit is never taken as current
@@ -132,10 +132,10 @@ def test_the_iteration_regression_check_compares_with_the_best_committed_ratio_b
     (tmp_path / "iteration.json").write_text(json.dumps(iteration_result([(18.0, 10.3), (18.5, 10.5)])))
     monkeypatch.setattr(sys, "argv", ["bench_report.py", "--results", str(tmp_path)])
     with pytest.raises(SystemExit, match="REGRESSED"):
-        bench_report.main()
+        bench_report.run(bench_report.BENCHMARK)
     assert "Iteration regression check: **REGRESSED**: now 0.57x" in (tmp_path / "latest.md").read_text()
     (tmp_path / "iteration.json").write_text(json.dumps(iteration_result([(18.0, 8.5), (18.0, 8.6)], commit="faster")))
-    bench_report.main()
+    bench_report.run(bench_report.BENCHMARK)
     assert json.loads((tmp_path / "iteration_best.json").read_text())["commit"] == "faster"
 
 
