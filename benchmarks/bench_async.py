@@ -16,41 +16,12 @@ Writes ``benchmarks/results/async.json`` and ``.md``. Not a test: numbers go in 
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
-from pathlib import Path
 
-import pandas as pd
-
-from agentcollapse.analysis.markdown import md_table
-from benchmarks.common import (
-    PHASES,
-    ROOT,
-    Benchmark,
-    Results,
-    alternating,
-    measured_train,
-    median,
-    run,
-    timed_run_overrides,
-)
+from benchmarks.common import PHASES, Benchmark, Results, arms_lines, median, run, smollm2_engine_overrides, timed_arms
 
 ARMS = {"synchronous (S=0)": ["rollout.max_staleness=0"], "overlapped (S=1)": ["rollout.max_staleness=1"]}
 COLUMNS = {**PHASES, "wait": "perf/rollout_wait_s"}
 ENGINE_CORE = "1"  # the trainer's one thread is left core 0 by the scheduler, mostly
-
-
-def base_overrides(steps: int) -> list[str]:
-    return [
-        "model=smollm2-135m",
-        "env=frozenlake",
-        "rollout.engine=vllm",
-        "rollout.vllm.kv_cache_gib=1",
-        "rollout.num_prompts=4",
-        "rollout.group_size=4",
-        "diagnostics.compute_freq=0",
-        *timed_run_overrides(steps, 1),
-    ]
 
 
 def flags(ap: argparse.ArgumentParser) -> None:
@@ -58,16 +29,8 @@ def flags(ap: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace, save: Results) -> None:
-    base = [*base_overrides(args.steps), *args.overrides]
-    times: dict[str, dict[str, list[float]]] = {arm: {name: [] for name in COLUMNS} for arm in ARMS}
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ENGINE_CORE
-    with tempfile.TemporaryDirectory() as tmp:
-        for k, (rep, arm) in enumerate(alternating(list(ARMS), args.repeats, swap=True)):
-            rows, _ = measured_train(ROOT / "src", [*base, *ARMS[arm]], Path(tmp) / f"run{k}", 1)
-            later = rows[rows["step"] >= 2]
-            for name, col in COLUMNS.items():
-                times[arm][name] += later[col].dropna().tolist() if col in later else []
-            print(f"round {rep} {arm}: step {later['perf/step_time_s'].median():.2f} s", flush=True)
+    base = [*smollm2_engine_overrides(args.steps, group_size=4, compute_freq=0), *args.overrides]
+    times = timed_arms(ARMS, base, args.repeats, COLUMNS, engine_cores=dict.fromkeys(ARMS, ENGINE_CORE))
     write_results(times, base, args.repeats, args.steps, save)
 
 
@@ -78,20 +41,11 @@ def write_results(
     how the measurement departed from the command's, if it did)."""
     table = {arm: {name: median(v) if v else float("nan") for name, v in phases.items()} for arm, phases in times.items()}
     save.json({"config": base, "arms": ARMS, "repeats": repeats, "steps": steps, "rows": table, "samples": times, "note": note})
-    sync = table["synchronous (S=0)"]
-    frame = pd.DataFrame(
-        [
-            {"arm": arm, **{f"{c} (s)": f"{r[c]:.2f}" for c in COLUMNS}, "step / synchronous": f"{r['step'] / sync['step']:.2f}"}
-            for arm, r in table.items()
-        ]
-    )
-    lines = [
+    title = (
         f"# Rollouts overlapping the update vs synchronous (SmolLM2-135M, FrozenLake, P=4 x G=4, vLLM on one core, trainer on "
-        f"one thread; medians of steps 2..{steps} over {repeats} rounds)",
-        "",
-        md_table(frame),
-        *([f"\n{note}"] if note else []),
-    ]
+        f"one thread; medians of steps 2..{steps} over {repeats} rounds)"
+    )
+    lines = [*arms_lines(title, table, ("step",), "synchronous (S=0)", label="synchronous"), *([f"\n{note}"] if note else [])]
     save.markdown(lines, echo=True)
 
 

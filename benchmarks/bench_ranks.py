@@ -17,25 +17,8 @@ Writes ``benchmarks/results/ranks.json`` and ``.md``. Not a test: numbers go in 
 from __future__ import annotations
 
 import argparse
-import os
-import tempfile
-from pathlib import Path
-from typing import Any
 
-import pandas as pd
-
-from agentcollapse.analysis.markdown import md_table
-from benchmarks.common import (
-    PHASES,
-    ROOT,
-    Benchmark,
-    Results,
-    alternating,
-    measured_train,
-    median,
-    run,
-    timed_run_overrides,
-)
+from benchmarks.common import Benchmark, Results, arms_lines, median, run, smollm2_engine_overrides, timed_arms
 
 ARMS = {
     "1 process, 1 thread": ["trainer.devices=1", "trainer.num_threads=1"],
@@ -48,61 +31,20 @@ THREADS = {"1 process, 2 threads": 2}  # the process's OMP threads; every other 
 ENGINE_CORES = {"1 process, 1 thread": "0", "1 process, 2 threads": "0-1"}
 
 
-def base_overrides(steps: int) -> list[str]:
-    return [
-        "model=smollm2-135m",
-        "env=frozenlake",
-        "rollout.engine=vllm",
-        "rollout.vllm.kv_cache_gib=1",
-        "rollout.num_prompts=4",
-        "rollout.group_size=2",
-        "diagnostics.compute_freq=1",
-        *timed_run_overrides(steps, 1),
-    ]
-
-
-def phase_medians(rows: Any) -> dict[str, list[float]]:
-    later = rows[rows["step"] >= 2]
-    return {name: later[col].dropna().tolist() if col in later else [] for name, col in PHASES.items()}
-
-
 def flags(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--steps", type=int, default=3, help="RL iterations per run; steps 2.. are timed")
 
 
 def main(args: argparse.Namespace, save: Results) -> None:
-    base = [*base_overrides(args.steps), *args.overrides]
-    times: dict[str, dict[str, list[float]]] = {arm: {name: [] for name in PHASES} for arm in ARMS}
-    with tempfile.TemporaryDirectory() as tmp:
-        for k, (rep, arm) in enumerate(alternating(list(ARMS), args.repeats, swap=True)):
-            os.environ.pop("VLLM_CPU_OMP_THREADS_BIND", None)
-            os.environ.update({"VLLM_CPU_OMP_THREADS_BIND": ENGINE_CORES[arm]} if arm in ENGINE_CORES else {})
-            rows, _ = measured_train(ROOT / "src", [*base, *ARMS[arm]], Path(tmp) / f"run{k}", THREADS.get(arm, 1))
-            for name, values in phase_medians(rows).items():
-                times[arm][name] += values
-            print(f"round {rep} {arm}: step {median(phase_medians(rows)['step']):.2f} s", flush=True)
+    base = [*smollm2_engine_overrides(args.steps, group_size=2, compute_freq=1), *args.overrides]
+    times = timed_arms(ARMS, base, args.repeats, threads=THREADS, engine_cores=ENGINE_CORES)
     table = {arm: {name: median(v) for name, v in phases.items()} for arm, phases in times.items()}
     save.json({"config": base, "arms": ARMS, "repeats": args.repeats, "rows": table, "samples": times})
-    ref = table["1 process, 1 thread"]
-    frame = pd.DataFrame(
-        [
-            {
-                "arm": arm,
-                **{f"{c} (s)": f"{r[c]:.2f}" for c in PHASES},
-                "step / 1 process, 1 thread": f"{r['step'] / ref['step']:.2f}",
-                "proxy / 1 process, 1 thread": f"{r['proxy'] / ref['proxy']:.2f}",
-            }
-            for arm, r in table.items()
-        ]
-    )
-    lines = [
+    title = (
         f"# Two ranks with a vLLM engine each vs one process (SmolLM2-135M, FrozenLake, P=4 x G=2, proxy every step; "
-        f"medians of steps 2..{args.steps} over {args.repeats} rounds)",
-        "",
-        md_table(frame),
-    ]
-    save.markdown(lines)
-    print("\n".join(lines))
+        f"medians of steps 2..{args.steps} over {args.repeats} rounds)"
+    )
+    save.markdown(arms_lines(title, table, ("step", "proxy"), "1 process, 1 thread"), echo=True)
 
 
 BENCHMARK = Benchmark("ranks", __doc__, main, flags, repeats=2, repeats_help="rounds of every arm (ABBA)")

@@ -24,6 +24,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -360,6 +361,75 @@ def train_rows(src: Path, overrides: list[str], run_dir: Path, threads: int) -> 
     """The metrics.csv rows after step 0 of one ``agentcollapse train`` of the code under ``src``."""
     rows = measured_train(src, overrides, run_dir, threads)[0]
     return rows[rows["step"] >= 1]
+
+
+def timed_phases(rows: Any, columns: Mapping[str, str] = PHASES, from_step: int = 2) -> dict[str, list[float]]:
+    """Each phase's per-step values from ``from_step`` on (step 1 pays one-off costs: an engine's start, a
+    first batch an overlapped run waits for); a phase the run did not log is empty."""
+    later = rows[rows["step"] >= from_step]
+    return {name: later[col].dropna().tolist() if col in later else [] for name, col in columns.items()}
+
+
+def smollm2_engine_overrides(steps: int, group_size: int, compute_freq: int) -> list[str]:
+    """A timed SmolLM2-135M run on FrozenLake (its warm start) with its vLLM engine, P=4 x ``group_size``, the
+    MI proxy every ``compute_freq`` steps (0: at step 1 only), one thread: bench-ranks' and bench-async's."""
+    return [
+        "model=smollm2-135m",
+        "env=frozenlake",
+        "rollout.engine=vllm",
+        "rollout.vllm.kv_cache_gib=1",
+        "rollout.num_prompts=4",
+        f"rollout.group_size={group_size}",
+        f"diagnostics.compute_freq={compute_freq}",
+        *timed_run_overrides(steps, 1),
+    ]
+
+
+def timed_arms(
+    arms: Mapping[str, list[str]],
+    base: list[str],
+    repeats: int,
+    columns: Mapping[str, str] = PHASES,
+    threads: Mapping[str, int] | None = None,
+    engine_cores: Mapping[str, str] | None = None,
+) -> dict[str, dict[str, list[float]]]:
+    """``repeats`` rounds of one ``agentcollapse train`` per arm (``base`` + the arm's overrides), alternating
+    (ABBA), each arm's phases from step 2 on (:func:`timed_phases`). ``threads``: an arm's OMP threads (else 1);
+    ``engine_cores``: the cores an arm's vLLM engine binds to (else vLLM's own choice)."""
+    times: dict[str, dict[str, list[float]]] = {arm: {name: [] for name in columns} for arm in arms}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, (rep, arm) in enumerate(alternating(list(arms), repeats, swap=True)):
+            os.environ.pop("VLLM_CPU_OMP_THREADS_BIND", None)
+            if engine_cores and arm in engine_cores:
+                os.environ["VLLM_CPU_OMP_THREADS_BIND"] = engine_cores[arm]
+            rows, _ = measured_train(ROOT / "src", [*base, *arms[arm]], Path(tmp) / f"run{k}", (threads or {}).get(arm, 1))
+            for name, values in timed_phases(rows, columns).items():
+                times[arm][name] += values
+            print(f"round {rep} {arm}: step {median(timed_phases(rows)['step']):.2f} s", flush=True)
+    return times
+
+
+def arms_lines(
+    title: str, table: Mapping[str, Mapping[str, float]], ratios: Sequence[str], reference: str, label: str | None = None
+) -> list[str]:
+    """A Markdown table of each arm's phase medians (seconds) and, for each of ``ratios``, the arm's value over
+    the ``reference`` arm's (headed ``<phase> / <label>``, the reference's name by default), under ``title``."""
+    import pandas as pd
+
+    from agentcollapse.analysis.markdown import md_table
+
+    ref = table[reference]
+    frame = pd.DataFrame(
+        [
+            {
+                "arm": arm,
+                **{f"{c} (s)": f"{v:.2f}" for c, v in r.items()},
+                **{f"{c} / {label or reference}": f"{r[c] / ref[c]:.2f}" for c in ratios},
+            }
+            for arm, r in table.items()
+        ]
+    )
+    return [title, "", md_table(frame)]
 
 
 def phase_lists(rows: Any) -> dict[str, list[float]]:
