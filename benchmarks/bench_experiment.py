@@ -197,8 +197,7 @@ def main(args: argparse.Namespace, save: Results) -> None:
         "- step 1, one update each: "
         + "; ".join(f"{k} " + " vs ".join(f"{results[a][0]['step1'].get(k, float('nan')):.4g}" for a in names) for k in LEARNING_KEYS),
     ]
-    save.markdown(lines, name=args.name)
-    print("\n".join(lines))
+    save.markdown(lines, name=args.name, echo=True)
 
 
 BENCHMARK = Benchmark("experiment", __doc__, main, flags, repeats=1, threads=2, overrides="extra overrides for every arm")

@@ -141,8 +141,7 @@ def main(args: argparse.Namespace, save: Results) -> None:
             + f" | {r['step'] / ref['step']:.2f} | {r['peak_mib']:.0f} | {r['proxy_step'] / ref['proxy_step']:.2f}"
             + f" | {r['proxy_cost_model'] / ref['proxy_cost_model']:.2f} |"
         )
-    save.markdown(lines, name=result)
-    print("\n".join(lines))
+    save.markdown(lines, name=result, echo=True)
 
 
 BENCHMARK = Benchmark("scaling", __doc__, main, flags, overrides="extra Hydra overrides for every row")

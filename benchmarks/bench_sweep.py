@@ -81,8 +81,7 @@ def main(args: argparse.Namespace, save: Results) -> None:
     ]
     if split and threaded:
         lines += ["", f"split / threaded throughput: {split['trials_per_hour'] / threaded['trials_per_hour']:.2f}"]
-    save.markdown(lines)
-    print("\n".join(lines))
+    save.markdown(lines, echo=True)
 
 
 BENCHMARK = Benchmark("sweep", __doc__, main, flags, overrides="extra Hydra overrides for every trial")
