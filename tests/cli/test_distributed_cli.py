@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -36,12 +37,24 @@ RECORD = {".hydra", "checkpoints", "config.yaml", "metrics.csv", "summary.json",
 
 def train(run_dir: Path, cache_dir: str, *extra: str, timeout: float = 240) -> str:
     """Run to the end (a hang fails at ``timeout``); stdout + stderr."""
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [*agentcollapse(), "train", *OVERRIDES, f"cache_dir={cache_dir}", f"run_dir={run_dir}", *extra]
-    proc = subprocess.run(cmd, cwd=run_dir.parent, env=cli_env(), capture_output=True, text=True, timeout=timeout)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-4000:]
-    return out
+    return train_together((run_dir, extra), cache_dir=cache_dir, timeout=timeout)[0]
+
+
+def train_together(*runs: tuple[Path, Sequence[str]], cache_dir: str, timeout: float = 240) -> list[str]:
+    """Several runs at once (run dir, extra overrides), each to its end; their stdout + stderr, in order.
+    A one-process run (one thread) beside a 2-rank one: the ranks spend much of their time starting up
+    and waiting on each other, so the three share the 2 cores at less than the sum of their times."""
+    procs = []
+    for run_dir, extra in runs:
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        cmd = [*agentcollapse(), "train", *OVERRIDES, f"cache_dir={cache_dir}", f"run_dir={run_dir}", *extra]
+        procs.append(subprocess.Popen(cmd, cwd=run_dir.parent, env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = []
+    for proc in procs:
+        out, _ = proc.communicate(timeout=timeout)
+        assert proc.returncode == 0, out[-4000:]
+        outs.append(out)
+    return outs
 
 
 def two_ranks(strategy: str) -> list[str]:
@@ -80,8 +93,8 @@ def runs(tmp_path_factory, cache_dir) -> dict[str, Path]:
     """One single-process run and one uninterrupted FSDP run of the same config and seed."""
     base = tmp_path_factory.mktemp("runs")
     out = {"one": base / "one" / "run", "fsdp": base / "fsdp" / "run"}
-    train(out["one"], cache_dir)
-    assert_one_record(out["fsdp"], train(out["fsdp"], cache_dir, *two_ranks("fsdp")))
+    _, fsdp = train_together((out["one"], []), (out["fsdp"], two_ranks("fsdp")), cache_dir=cache_dir)
+    assert_one_record(out["fsdp"], fsdp)
     return out
 
 
@@ -97,8 +110,8 @@ def test_ddp_with_a_rank_that_has_nothing_to_train_reproduces_the_single_process
     # FSDP runs above pad too: 3 micro-batches on 2 ranks.)
     one_group = ["filter=length", "filter.strategy=top_k_abs", "filter.value=1", "algorithm.micro_batch_size=64"]
     one, ddp = tmp_path / "one" / "run", tmp_path / "ddp" / "run"
-    train(one, cache_dir, *one_group)
-    assert_one_record(ddp, train(ddp, cache_dir, *two_ranks("ddp"), *one_group))
+    _, out = train_together((one, one_group), (ddp, [*two_ranks("ddp"), *one_group]), cache_dir=cache_dir)
+    assert_one_record(ddp, out)
     df = metrics(ddp)
     trained = df[df.step >= 1]
     assert (trained["filter/kept_count"] == 1).all() and (trained["actor/num_sequences"] > 0).all()
@@ -134,11 +147,11 @@ def test_update_statistics_are_the_same_for_any_micro_batch_size_and_strategy(tm
         "ddp, 2": [*two_ranks("ddp"), "algorithm.micro_batch_size=2"],
         "fsdp, 4": [*two_ranks("fsdp"), "algorithm.micro_batch_size=4"],
     }
-    runs = {}
-    for k, (name, extra) in enumerate(setups.items()):
-        run_dir = tmp_path / str(k) / "run"
-        train(run_dir, cache_dir, *STATISTICS, *extra)
-        runs[name] = metrics(run_dir).set_index("step")
+    dirs = {name: tmp_path / str(k) / "run" for k, name in enumerate(setups)}
+    names = list(setups)  # two one-process runs at once, then the third beside the DDP ranks, then FSDP's
+    for batch in (names[:2], names[2:4], names[4:]):
+        train_together(*((dirs[name], [*STATISTICS, *setups[name]]) for name in batch), cache_dir=cache_dir)
+    runs = {name: metrics(dirs[name]).set_index("step") for name in setups}
     reference = runs["one process, 8 a micro-batch"]
     stats = [c for c in reference.columns if c.startswith(("actor/", "critic/"))]
     assert {"actor/pg_loss", "actor/entropy", "actor/kl", "actor/approx_kl", "critic/value_loss"} <= set(stats)
