@@ -190,7 +190,7 @@ class ModelConfig:
     dtype: str = opt("float32", help="weights dtype: float32 | bfloat16 | float16")
     gradient_checkpointing: bool = opt(
         False,
-        help="recompute each decoder layer's activations in the update's backward: about a third more update compute, a fraction of its memory",
+        help="recompute each decoder layer's activations in the update's and the warm start's backward: about a third more compute, a fraction of the memory",
     )
     warm_start: WarmStartConfig = opt(factory=WarmStartConfig, help="supervised warm start (tiny: always; others: when enabled)")
     lora: LoraConfig = opt(factory=LoraConfig, help="LoRA adapter settings")

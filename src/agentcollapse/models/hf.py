@@ -59,6 +59,17 @@ def cache_kwarg(params: set[str]) -> str:
     return "cache" if "cache" in params else "past_key_values"
 
 
+def enable_activation_checkpointing(model: torch.nn.Module) -> None:
+    """Recompute each decoder layer's activations in the backward instead of keeping them (non-reentrant:
+    frozen embeddings need no requires_grad trick). Recomputation gives the same values, so the same
+    gradients; the forward's cache is turned off (decoding passes ``use_cache=True`` itself)."""
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.20's name
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:  # the release vLLM accepts (< 5.20)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    model.config.use_cache = False
+
+
 def model_device(model: torch.nn.Module) -> torch.device:
     try:
         return next(model.parameters()).device

@@ -18,7 +18,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from agentcollapse.errors import UserError
 from agentcollapse.models.context import after_response_text
-from agentcollapse.models.hf import FoldedLoRA, pad_on_the_left, quiet_loading
+from agentcollapse.models.hf import FoldedLoRA, enable_activation_checkpointing, pad_on_the_left, quiet_loading
 from agentcollapse.models.lora import add_lora
 from agentcollapse.models.tiny import build_tiny_policy, load_tokenizer
 from agentcollapse.models.warm_start import warm_started_dir
@@ -217,12 +217,8 @@ def load_policy(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.
     pad_on_the_left(tokenizer)
     for p in base.parameters():
         p.requires_grad_(False)
-    if model_cfg.gradient_checkpointing:  # non-reentrant: the frozen embeddings need no requires_grad trick
-        if hasattr(base, "activation_checkpointing_enable"):  # transformers >= 5.20's name
-            base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-        else:  # the release vLLM accepts (< 5.20)
-            base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        base.config.use_cache = False  # decoding passes use_cache=True itself
+    if model_cfg.gradient_checkpointing:
+        enable_activation_checkpointing(base)
     torch.manual_seed(seed)  # LoRA init is random: tie it to the run seed
     lora = model_cfg.lora
     model = add_lora(base, lora.r, lora.alpha, lora.dropout, lora.target_modules)

@@ -25,7 +25,7 @@ from transformers import AutoModelForCausalLM
 
 from agentcollapse import envs
 from agentcollapse.models.cache import cached_build
-from agentcollapse.models.hf import pad_token_id, quiet_loading
+from agentcollapse.models.hf import enable_activation_checkpointing, pad_token_id, quiet_loading
 from agentcollapse.models.lora import add_lora
 from agentcollapse.models.tiny import (
     demonstration_episodes,
@@ -94,11 +94,15 @@ def _build(tmp: Path, target: Path, base_dir: Path, model_cfg: ModelConfig, env_
         base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32, local_files_only=True)
     _, episodes = demonstration_episodes(env_cfg, ws.episodes, ws.suboptimal_prob, ws.template_prob, ws.seed)
     sequences = [episode_sequence(tokenizer, turns) for turns in episodes]
+    use_cache = base.config.use_cache
+    if model_cfg.gradient_checkpointing:  # the same gradients; SmolLM2's 30 layers' activations are most of the build's memory
+        enable_activation_checkpointing(base)
     model = add_lora(base, lora.r, lora.alpha, 0.0, lora.target_modules)
     batches = length_bucketed_batches([len(ids) for ids, _ in sequences], ws.batch_size, ws.batch_tokens)
     pad_id = pad_token_id(tokenizer)
     final_loss = supervised_fine_tune(model, sequences, batches, ws.steps, ws.lr, ws.seed, pad_id, progress, ws.context_loss_weight)
     merged = model.merge_and_unload()
+    merged.config.use_cache = use_cache  # saved as loaded: checkpointing was the build's, not the model's
     with quiet_loading():
         merged.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
