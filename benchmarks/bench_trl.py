@@ -81,8 +81,6 @@ from benchmarks.common import (
     phase_lists,
     rounds_within,
     run,
-    save_markdown,
-    save_result,
     subprocess_env,
     timed_run_overrides,
     train_rows,
@@ -509,7 +507,7 @@ def main(args: argparse.Namespace, save: Results) -> None:
     started = time.perf_counter()
     sizes = {name: entry_args(args, name) for name in names}
     if args.collapse_cost:
-        collapse_cost(args, names, sizes, started)
+        collapse_cost(args, save, names, sizes, started)
         return
     with tempfile.TemporaryDirectory() as tmp:
         dirs, results = build_models(args, names, sizes, Path(tmp))
@@ -517,8 +515,8 @@ def main(args: argparse.Namespace, save: Results) -> None:
             for name in names:
                 for side in turn_order(("ours", "trl"), rep, swap=True):
                     run_side(args, sizes, results, dirs, Path(tmp), name, side, rep)
-                    write_report(args, sizes, results, started, final=False)  # a cut-short run still leaves its numbers
-    write_report(args, sizes, results, started, final=True)
+                    write_report(args, save, sizes, results, started, final=False)  # a cut-short run still leaves its numbers
+    write_report(args, save, sizes, results, started, final=True)
 
 
 def model_names(args: argparse.Namespace) -> list[str]:
@@ -600,7 +598,12 @@ def entry_args(args: argparse.Namespace, name: str) -> argparse.Namespace:
 
 
 def write_report(
-    args: argparse.Namespace, sizes: dict[str, argparse.Namespace], results: dict[str, dict[str, Any]], started: float, final: bool
+    args: argparse.Namespace,
+    save: Results,
+    sizes: dict[str, argparse.Namespace],
+    results: dict[str, dict[str, Any]],
+    started: float,
+    final: bool,
 ) -> None:
     """``trl.json`` and ``trl.md`` from the runs so far (the table is printed when ``final``)."""
     first = next(iter(results.values()))
@@ -623,11 +626,8 @@ def write_report(
         "summary": summary,
         "raw": {name: {"model": res["model"], "ours": res["ours"], "trl": res["trl"]} for name, res in results.items()},
     }
-    save_result("trl", report, args.out)
-    lines = report_lines(args, report)
-    save_markdown("trl", lines, args.out)
-    if final:
-        print("\n".join(lines))
+    save.json(report)
+    save.markdown(report_lines(args, report), echo=final)
 
 
 def model_summary(name: str, res: dict[str, Any], size: argparse.Namespace) -> dict[str, Any]:
@@ -703,7 +703,7 @@ def report_lines(args: argparse.Namespace, report: dict[str, Any]) -> list[str]:
 COLLAPSE_SIDES = {"TRL": -1, "proxy every step": 1, "proxy every 5": 5}  # side -> CollapseGRPOTrainer's compute_freq (-1: plain)
 
 
-def collapse_cost(args: argparse.Namespace, names: list[str], sizes: dict[str, argparse.Namespace], started: float) -> None:
+def collapse_cost(args: argparse.Namespace, save: Results, names: list[str], sizes: dict[str, argparse.Namespace], started: float) -> None:
     """TRL's iteration with and without our diagnostics, alternating; ``trl_collapse.{json,md}``."""
     results: dict[str, dict[str, list[dict[str, Any]]]] = {name: {side: [] for side in COLLAPSE_SIDES} for name in names}
     with tempfile.TemporaryDirectory() as tmp:
@@ -716,13 +716,19 @@ def collapse_cost(args: argparse.Namespace, names: list[str], sizes: dict[str, a
                     run = run_trl(dirs[name], size, Path(tmp) / f"collapse-{name}-{rep}-{COLLAPSE_SIDES[side]}.json")
                     results[name][side].append(run)
                     print(f"[{name}] {side} run {rep + 1}: {time.perf_counter() - t0:.0f}s wall, iterations {run['step']}", flush=True)
-                    save_collapse_cost(args, sizes, built, results, started)
-    print("\n".join(save_collapse_cost(args, sizes, built, results, started)))
+                    save_collapse_cost(args, save, sizes, built, results, started)
+    save_collapse_cost(args, save, sizes, built, results, started, echo=True)
 
 
 def save_collapse_cost(
-    args: argparse.Namespace, sizes: dict[str, argparse.Namespace], built: dict[str, Any], results: dict[str, Any], started: float
-) -> list[str]:
+    args: argparse.Namespace,
+    save: Results,
+    sizes: dict[str, argparse.Namespace],
+    built: dict[str, Any],
+    results: dict[str, Any],
+    started: float,
+    echo: bool = False,
+) -> None:
     def mean_step(runs: list[dict[str, Any]]) -> float:
         steps = kept(runs, "step")
         return statistics.fmean(steps) if steps else float("nan")
@@ -749,7 +755,7 @@ def save_collapse_cost(
         "models": {name: res["model"] for name, res in built.items()},
         "raw": results,
     }
-    save_result("trl_collapse", report, args.out)
+    save.json(report, "trl_collapse")
     lines = [
         f"# TRL's GRPOTrainer with and without our diagnostics (CollapseGRPOTrainer), {args.threads} thread(s): mean iteration "
         f"over iterations 2..{args.steps} of each run, alternating runs",
@@ -764,8 +770,7 @@ def save_collapse_cost(
             f"**{r['proxy every step']:.2f}** | {m['proxy every 5']:.2f} | **{r['proxy every 5']:.2f}** | {min(s['runs'].values())} |"
         )
     lines += ["", "Versions: " + ", ".join(f"{k} {val}" for k, val in report["settings"]["versions"].items()) + "."]
-    save_markdown("trl_collapse", lines, args.out)
-    return lines
+    save.markdown(lines, "trl_collapse", echo=echo)
 
 
 BENCHMARK = Benchmark(
