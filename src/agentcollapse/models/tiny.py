@@ -233,9 +233,19 @@ def supervised_fine_tune(
             attn[row, : len(seq)] = 1
             weights[row, : len(seq)] = torch.tensor([1.0 if m else context_weight for m in mask])
         ids, weights, attn = ids.to(device), weights.to(device), attn.to(device)
-        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
-        token_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
-        w = weights[:, 1:].reshape(-1)
+        w = weights[:, 1:]
+        # Logits only at the positions some row has loss on: with the loss on responses alone (a pretrained
+        # model) the observations' [positions, vocabulary] logits are most of the step's memory. The losses
+        # go back to their places, zeros elsewhere, so the sum is the full batch's, in the same order.
+        keep = torch.nonzero(w.any(0)).squeeze(1)
+        if len(keep) == w.shape[1]:
+            logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+        else:
+            logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
+        targets = ids[:, 1:].index_select(1, keep)
+        kept_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
+        token_loss = torch.zeros_like(w).index_copy(1, keep, kept_loss.reshape(targets.shape)).reshape(-1)
+        w = w.reshape(-1)
         loss = (token_loss * w).sum() / w.sum()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
