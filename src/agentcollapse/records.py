@@ -105,6 +105,7 @@ class RunRecorder:
         self.rows: list[dict[str, float]] = list(rows or [])
         self.started = time.time()
         self.writes = writes  # False on DDP ranks other than 0: one run, one record
+        self.facts: dict[str, Any] = {}  # what the run is, known once it starts (the policy's weights): in every summary
 
     @classmethod
     def resume(cls, run_dir: str | os.PathLike, up_to_step: int) -> RunRecorder:
@@ -172,6 +173,7 @@ class RunRecorder:
             "final": final,
             "peak": peak,
             "peak_after_update": after,
+            **self.facts,
             **extra,
         }
         atomic_write_text(self.run_dir / "summary.json", json.dumps(summary, indent=2, sort_keys=True, default=str))

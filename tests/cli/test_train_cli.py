@@ -19,6 +19,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from agentcollapse.config.compose import compose
+from agentcollapse.models.policy import resolve_model_dir
 from tests.conftest import TINY_OVERRIDES
 
 # Four iterations, a checkpoint after each, validation at 0, 2 and 4, the MI proxy at 1, 2 and 4 (so a
@@ -112,6 +114,10 @@ def reference(tmp_path_factory, cache_dir) -> pd.DataFrame:
     run(run_dir, cache_dir, f"trainer.shared_eval_dir={shared_dir(tmp_path_factory)}")
     s = summary(run_dir)
     assert s["status"] == "finished" and s["iteration"] == 4, s
+    # the record names the weights the run started from: the cached tiny model's, as its build recorded them
+    cfg = compose([*RUN_OVERRIDES, f"cache_dir={cache_dir}"])
+    built = json.loads((resolve_model_dir(cfg.model, cfg.env, cache_dir) / "meta.json").read_text())["weights_sha256"]
+    assert s["policy_weights_sha256"] == built
     assert (run_dir / ".hydra").is_dir()  # Hydra's own files go into the run dir ...
     assert not (run_dir.parent / "runs").exists()  # ... not into a stray runs/<env>/<algo>/<time> dir
     df = metrics(run_dir)

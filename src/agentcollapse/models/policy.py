@@ -6,6 +6,7 @@ so no second copy of the weights is held.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -123,6 +124,16 @@ def _resolve(model_cfg: ModelConfig, env_cfg: EnvConfig, cache_dir: str | os.Pat
     if not model_cfg.warm_start.enabled:
         return base, tokenizer
     return warm_started_dir(base, model_cfg, env_cfg, cache_dir, tokenizer=tokenizer), tokenizer
+
+
+def built_weights_sha256(model_dir: Path | None) -> str | None:
+    """The SHA-256 of the weights this project built into ``model_dir`` (the tiny model, a warm start), as
+    its ``meta.json`` records it; None for a directory it did not build. Two runs that should start from
+    the same policy (a pair's arms, a run rebuilt on another machine) can then be checked to."""
+    meta = Path(model_dir) / "meta.json" if model_dir is not None else None
+    if meta is None or not meta.is_file():
+        return None
+    return json.loads(meta.read_text()).get("weights_sha256")
 
 
 def pretrained_dir(model_cfg: ModelConfig, cache_dir: str | os.PathLike) -> Path:

@@ -27,7 +27,7 @@ from agentcollapse.config import RunConfig
 from agentcollapse.config.compose import to_yaml
 from agentcollapse.errors import UserError
 from agentcollapse.models.cache import checked_cache_dir
-from agentcollapse.models.policy import check_causal_lm_dir
+from agentcollapse.models.policy import built_weights_sha256, check_causal_lm_dir
 from agentcollapse.records import RunRecorder, read_summary
 from agentcollapse.run import trainer as run_trainer
 from agentcollapse.run.checks import load_run_config
@@ -118,6 +118,9 @@ def train(cfg_in: DictConfig | RunConfig) -> dict[str, Any]:
     with _wandb_closed_after(), handling_interrupts(raise_interrupted):
         try:
             module, trainer = run_trainer.build_trainer(cfg, recorder, run_dir)
+            sha = built_weights_sha256(module.policy.source_dir)
+            if sha is not None:
+                recorder.facts["policy_weights_sha256"] = sha
             trainer.fit(module, train_dataloaders=run_trainer.iterations(cfg.trainer.max_steps), ckpt_path=str(ckpt) if ckpt else None)
             if module.pending_signal:  # stopped at the end of an iteration: several ranks together (StopTogether), or a swallowed raise
                 raise Interrupted(module.pending_signal)
