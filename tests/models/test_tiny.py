@@ -129,59 +129,26 @@ def test_checks_of_one_shared_cache_at_the_same_moment_do_not_trip_each_other(ma
     assert set(paths) == {built}
 
 
-def _reference_sft(model, sequences, batches, steps, lr, pad_id, context_weight):
-    """The SFT step as first written: full logits at every position, one cross-entropy over all of them."""
-    import math
-
-    import torch
-
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    warmup = max(1, steps // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps))
-    )
-    model.train()
-    gen = torch.Generator().manual_seed(0)  # the seed supervised_fine_tune is given below
-    for step in range(steps):
-        if step % len(batches) == 0:
-            order = torch.randperm(len(batches), generator=gen).tolist()
-        idx = batches[order[step % len(batches)]]
-        width = max(len(sequences[i][0]) for i in idx)
-        ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
-        weights, attn = torch.zeros((len(idx), width)), torch.zeros((len(idx), width), dtype=torch.long)
-        for row, i in enumerate(idx):
-            seq, mask = sequences[i]
-            ids[row, : len(seq)], attn[row, : len(seq)] = torch.tensor(seq), 1
-            weights[row, : len(seq)] = torch.tensor([1.0 if m else context_weight for m in mask])
-        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
-        token_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none")
-        w = weights[:, 1:].reshape(-1)
-        loss = (token_loss * w).sum() / w.sum()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-
-
 @pytest.mark.parametrize("context_weight", [0.0, 0.1])
-def test_the_warm_start_step_trains_the_weights_the_full_logits_step_trains(context_weight):
-    """supervised_fine_tune computes logits only where some row has loss (a pretrained model's loss is on
-    its responses alone), and recomputes activations where checkpointing is on: the weights after its steps
-    equal, bit for bit, those of the plain step over every position's logits."""
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_the_warm_start_loss_and_gradient_equal_the_full_logits_ones(context_weight, checkpointing):
+    """sft_loss computes logits only where some row has loss (a pretrained model's loss is on its
+    responses alone), and the build recomputes activations where checkpointing is on: the loss and every
+    gradient equal, bit for bit, those of one cross-entropy over every position's logits."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from agentcollapse.models.hf import enable_activation_checkpointing
     from agentcollapse.models.lora import add_lora
-    from agentcollapse.models.tiny import supervised_fine_tune
+    from agentcollapse.models.tiny import sft_loss
 
     gen = torch.Generator().manual_seed(0)
-    sequences = []
-    for n in (14, 9, 17, 11):  # context tokens, then a response, then context again (a second turn)
-        seq = torch.randint(1, 64, (n,), generator=gen).tolist()
-        sequences.append((seq, [n // 3 <= k < n // 3 + 3 or k >= n - 2 for k in range(n)]))
-    batches = [[0, 1], [2, 3]]
+    ids = torch.randint(1, 64, (3, 16), generator=gen)
+    attn = torch.ones_like(ids)
+    attn[1, 12:], ids[1, 12:] = 0, 0  # a padded row
+    weights = torch.full(ids.shape, context_weight)
+    weights[0, 5:8] = weights[1, 9:11] = weights[2, 3:6] = weights[2, 14:] = 1.0  # responses; the rest context
+    weights[1, 12:] = 0.0
 
     def model(checkpointing):
         torch.manual_seed(1)
@@ -190,12 +157,21 @@ def test_the_warm_start_step_trains_the_weights_the_full_logits_step_trains(cont
         )
         if checkpointing:
             enable_activation_checkpointing(base)
-        return add_lora(base, 4, 8, 0.0, ["q_proj", "v_proj"])
+        model = add_lora(base, 4, 8, 0.0, ["q_proj", "v_proj"])
+        model.train()
+        return model
 
     reference = model(False)
-    _reference_sft(reference, sequences, batches, 3, 1e-2, 0, context_weight)
-    for checkpointing in (False, True):
-        trained = model(checkpointing)
-        supervised_fine_tune(trained, sequences, batches, 3, 1e-2, 0, 0, False, context_weight)
-        for (name, got), want in zip(trained.named_parameters(), reference.parameters()):
-            assert torch.equal(got, want), (checkpointing, name)
+    logits = reference(input_ids=ids, attention_mask=attn).logits[:, :-1]
+    token_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, 64), ids[:, 1:].reshape(-1), reduction="none")
+    w = weights[:, 1:].reshape(-1)
+    want = (token_loss * w).sum() / w.sum()
+    want.backward()
+    trained = model(checkpointing)
+    got = sft_loss(trained, ids, weights, attn)
+    got.backward()
+    assert torch.equal(got, want)
+    grads = [(n, p.grad) for n, p in trained.named_parameters() if p.requires_grad]
+    assert all(g is not None for _, g in grads) and any(g.abs().sum() > 0 for _, g in grads)  # lora_A's are 0 while B is
+    for (name, g), ref in zip(grads, [p.grad for p in reference.parameters() if p.requires_grad]):
+        assert torch.equal(g, ref), name

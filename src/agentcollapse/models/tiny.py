@@ -192,6 +192,25 @@ def training_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def sft_loss(model: torch.nn.Module, ids: torch.Tensor, weights: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    """The weighted mean next-token cross-entropy of a padded batch (``weights`` per position of ``ids``).
+    Logits only at the positions some row has loss on: with the loss on responses alone (a pretrained
+    model) the observations' [positions, vocabulary] logits are most of a step's memory. The losses go back
+    to their places, zeros elsewhere, so the sum is the full batch's, in the same order: the same number,
+    bit for bit, as over every position's logits."""
+    w = weights[:, 1:]
+    keep = torch.nonzero(w.any(0)).squeeze(1)
+    if len(keep) == w.shape[1]:
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
+    else:
+        logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
+    targets = ids[:, 1:].index_select(1, keep)
+    kept_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
+    token_loss = torch.zeros_like(w).index_copy(1, keep, kept_loss.reshape(targets.shape)).reshape(-1)
+    w = w.reshape(-1)
+    return (token_loss * w).sum() / w.sum()
+
+
 def supervised_fine_tune(
     model: torch.nn.Module,
     sequences: list[tuple[list[int], list[int]]],
@@ -232,21 +251,7 @@ def supervised_fine_tune(
             ids[row, : len(seq)] = torch.tensor(seq)
             attn[row, : len(seq)] = 1
             weights[row, : len(seq)] = torch.tensor([1.0 if m else context_weight for m in mask])
-        ids, weights, attn = ids.to(device), weights.to(device), attn.to(device)
-        w = weights[:, 1:]
-        # Logits only at the positions some row has loss on: with the loss on responses alone (a pretrained
-        # model) the observations' [positions, vocabulary] logits are most of the step's memory. The losses
-        # go back to their places, zeros elsewhere, so the sum is the full batch's, in the same order.
-        keep = torch.nonzero(w.any(0)).squeeze(1)
-        if len(keep) == w.shape[1]:
-            logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
-        else:
-            logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
-        targets = ids[:, 1:].index_select(1, keep)
-        kept_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), reduction="none")
-        token_loss = torch.zeros_like(w).index_copy(1, keep, kept_loss.reshape(targets.shape)).reshape(-1)
-        w = w.reshape(-1)
-        loss = (token_loss * w).sum() / w.sum()
+        loss = sft_loss(model, ids.to(device), weights.to(device), attn.to(device))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
