@@ -92,7 +92,11 @@ def generate(
     if not prompts:
         return [], []
     device = next(model.parameters()).device
-    cache_arg = cache_kwarg(forward_params(model))
+    params = forward_params(model)
+    cache_arg = cache_kwarg(params)
+    # the prompt's last position only: its next token is all the prefill is for, and [rows, positions,
+    # vocabulary] logits are gigabytes at a real vocabulary (an evaluation's 64 maps x 3 temperatures)
+    keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
     prefixes = list(prefixes) if prefixes is not None else [None] * len(prompts)
     done_before = [0 if p is None else int(p[0][0].shape[1]) for p in prefixes]
     ids, attn = left_pad([list(p)[n:] for p, n in zip(prompts, done_before)], pad_id)
@@ -107,7 +111,7 @@ def generate(
         past = growing_cache(config, room=max_new_tokens)
     # With a cache of room to grow, each decoded token is written in place, not concatenated.
     cache = {cache_arg: past} if past is not None else {}
-    out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True, **cache)
+    out = model(input_ids=ids, attention_mask=attn, position_ids=positions, use_cache=True, **cache, **keep_last)
     past, logits = output_cache(out), out.logits[:, -1, :]
     last_pos = positions[:, -1:]
     stop = torch.tensor(sorted(stop_ids), device=device)
