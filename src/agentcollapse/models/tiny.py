@@ -33,6 +33,7 @@ from agentcollapse.models.context import (
     next_user_message,
     render_context,
 )
+from agentcollapse.models.hf import forward_params
 from agentcollapse.models.tokenizer import build_tokenizer
 from agentcollapse.progress import Progress
 from agentcollapse.seeds import warm_start_env_seed
@@ -200,7 +201,8 @@ def sft_loss(model: torch.nn.Module, ids: torch.Tensor, weights: torch.Tensor, a
     bit for bit, as over every position's logits."""
     w = weights[:, 1:]
     keep = torch.nonzero(w.any(0)).squeeze(1)
-    if len(keep) == w.shape[1]:
+    if len(keep) == w.shape[1] or "logits_to_keep" not in forward_params(model):  # all positions, or a model without the option
+        keep = torch.arange(w.shape[1], device=w.device)
         logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]
     else:
         logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
