@@ -23,7 +23,7 @@ VLLM := $(shell nvidia-smi -L >/dev/null 2>&1 && echo vllm==0.32.0 || echo vllm-
 quote = '$(subst ','\'',$(1))'
 run = $(or $(2),$(BIN)/python) -m agentcollapse.sweep.storage --mask $(call quote,$(1)); $(1)
 
-.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-proxy-smollm2 bench-experiment bench-scaling bench-ranks bench-async mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report bench-retrieval bench-cli bench-grading bench-headroom
+.PHONY: help venv lint format test test-fast bench-iteration sweep train smoke base-model bench bench-engines bench-learning bench-rollout bench-filter bench-proxy bench-proxy-smollm2 bench-experiment bench-scaling bench-ranks bench-async mi-check doctor gpu-check bench-warm-start bench-dtype clean-venv tables report bench-trl bench-report bench-retrieval bench-cli bench-grading bench-headroom bench-memory
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-15s %s\n", $$1, $$2}'
@@ -110,6 +110,9 @@ bench-async: $(STAMP) ## rollouts overlapping the update (rollout.max_staleness=
 
 bench-scaling: $(STAMP) ## iteration time and peak memory as P, G, the turn cap and the response budget double (~10 min; ARGS='--model smollm2': SmolLM2, ~15 min)
 	@$(call run,$(BIN)/python -m benchmarks.bench_scaling $(ARGS))
+
+bench-memory: $(STAMP) ## a SmolLM2 run's peak resident memory at each rollout.generation_batch_size, step-0 evaluation included (~15 min a row on 1 thread; ARGS="--slices 256,16 model.warm_start.enabled=false")
+	@$(call run,$(BIN)/python -m benchmarks.bench_memory $(ARGS))
 
 bench-trl: $(STAMP) ## our RL iteration vs TRL's GRPOTrainer, alternating, tiny heads and SmolLM2 (TRL from requirements-trl.lock)
 	@$(call run,$(BIN)/python -m benchmarks.bench_trl $(ARGS))

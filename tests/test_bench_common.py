@@ -58,7 +58,7 @@ def test_every_benchmark_is_declared_to_the_one_harness():
         assert isinstance(bench, Benchmark) and bench.main is module.main, path.name
         parser(bench).parse_intermixed_args([])
         names.add(bench.name)
-    assert len(names) == 21  # one result name each
+    assert len(names) == 22  # one result name each
 
 
 def test_medians_and_the_best_probe():

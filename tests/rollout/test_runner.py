@@ -160,9 +160,9 @@ def test_reusing_the_kv_cache_across_turns_changes_no_token(tiny_policy):
     assert tokens_encoded < sum(len(t.context_ids) for t in turns)
 
 
-def test_each_decoded_chunk_submits_its_answers_before_any_env_steps(tiny_policy):
+def test_each_decoded_turn_submits_its_answers_before_any_env_steps(tiny_policy):
     """``TextEnv.submit`` (DeepCoder's parallel grading) gets each env's answer, the text it is then
-    stepped with, as soon as its chunk is decoded: a whole turn's answers are submitted before the
+    stepped with, as soon as its turn is decoded: a whole turn's answers are submitted before the
     first env of that turn steps, and no env steps without its submit."""
     from agentcollapse.envs.frozenlake import FrozenLakeEnv
 
@@ -177,11 +177,11 @@ def test_each_decoded_chunk_submits_its_answers_before_any_env_steps(tiny_policy
             return super().step(action_text)
 
     batch, perf = collect_rollouts(
-        tiny_policy, Recording, [11, 12], group_size=3, temperature=1.0, max_new_tokens=12, sample_seed=3, generation_batch_size=2
+        tiny_policy, Recording, [11, 12], group_size=3, temperature=1.0, max_new_tokens=12, sample_seed=3, generation_batch_size=6
     )
     turns = sum(len(traj.turns) for traj in batch.trajectories)
     assert sum(kind == "submit" for kind, *_ in events) == sum(kind == "step" for kind, *_ in events) == turns
-    # turn 1: all 6 trajectories' answers are submitted (3 chunks of 2) before the first env steps
+    # turn 1: all 6 trajectories' answers are submitted before the first env steps
     assert [kind for kind, *_ in events[:12]] == ["submit"] * 6 + ["step"] * 6
     assert [e[1:] for e in events[:6]] == [e[1:] for e in events[6:12]]
     last_submitted: dict[int, str] = {}
@@ -191,3 +191,37 @@ def test_each_decoded_chunk_submits_its_answers_before_any_env_steps(tiny_policy
         else:
             assert last_submitted.pop(env) == text
     assert 0.0 <= perf["perf/rollout_env_time_s"] <= perf["perf/rollout_time_s"]
+
+
+def test_slices_of_trajectories_are_played_to_their_end_one_after_the_other(tiny_policy, monkeypatch):
+    # rollout.generation_batch_size bounds the KV caches held at once: trajectories 0-3 play every
+    # turn before 4-5 start, and each draws the tokens it draws in one batch of all six.
+    import agentcollapse.rollout.runner as runner
+
+    calls: list[list[int]] = []
+    original = runner.generate
+
+    def recording_generate(model, prompts, generators, *args, **kwargs):
+        calls.append([owner[id(g)] for g in generators])
+        return original(model, prompts, generators, *args, **kwargs)
+
+    owner: dict[int, int] = {}
+    real_start = runner._start_trajectories
+
+    def numbered_start(*args):
+        trajectories, live = real_start(*args)
+        owner.update({id(t.generator): t.index for t in live})
+        return trajectories, live
+
+    monkeypatch.setattr(runner, "_start_trajectories", numbered_start)
+    monkeypatch.setattr(runner, "generate", recording_generate)
+    sliced = _roll(tiny_policy, 4)
+    first = [k for k, rows in enumerate(calls) if set(rows) <= {0, 1, 2, 3}]
+    second = [k for k, rows in enumerate(calls) if set(rows) <= {4, 5}]
+    assert calls[0] == [0, 1, 2, 3] and len(first) + len(second) == len(calls)
+    assert max(first) < min(second) and calls[min(second)] == [4, 5]
+    assert len(first) > 1  # the first slice played more than one turn before the second started
+    whole = _roll(tiny_policy, 64)
+    assert [[t.response_ids for t in a.turns] for a in sliced.trajectories] == [
+        [t.response_ids for t in a.turns] for a in whole.trajectories
+    ]

@@ -235,7 +235,10 @@ class RolloutConfig:
     group_size: int = opt(16, help="G: trajectories per prompt")
     temperature: float = opt(1.0, help="sampling temperature of training rollouts")
     max_new_tokens: int = opt(48, help="token budget of one response (one turn)")
-    generation_batch_size: int = opt(256, help="live trajectories decoded together")
+    generation_batch_size: int = opt(
+        256,
+        help="rollout.engine=hf: trajectories decoded together, each slice played to its end before the next starts (bounds the KV caches held at once); vLLM takes every trajectory at once",
+    )
     fold_lora: bool = opt(
         True, help="decode with a copy of the policy whose LoRA adapters are folded into its weights (faster; one more copy of the weights)"
     )

@@ -1,9 +1,11 @@
-"""Multi-turn rollouts: P prompts x G trajectories, all live trajectories decoded together each turn.
+"""Multi-turn rollouts: P prompts x G trajectories, the live trajectories of a slice decoded together each turn.
 
 :func:`collect_rollouts` reads as its four jobs: start every trajectory (:func:`_start_trajectories`),
 choose who decodes a turn (:func:`_turn_decoder`: the policy's own ``generate``, or a vLLM engine),
 then turn by turn decode every live trajectory and play each response in its env
 (:func:`_play_turn`), carrying each trajectory's KV cache to its next turn (:class:`_CarriedCaches`).
+On the policy's own ``generate`` the trajectories go in slices of ``generation_batch_size``, each
+played to its end before the next starts, so the caches held at once are a slice's, not the batch's.
 """
 
 from __future__ import annotations
@@ -42,8 +44,6 @@ class _LiveTrajectory:
 
 # responses, caches, engine log-probs: one each per live trajectory
 TurnOutput = tuple[list[list[int]], list[RowCache | None], list[list[float] | None]]
-# called with each chunk of live trajectories and their responses as soon as they are decoded
-OnDecoded = Callable[[list["_LiveTrajectory"], list[list[int]]], None]
 
 
 def collect_rollouts(
@@ -69,6 +69,9 @@ def collect_rollouts(
 
     With an ``engine`` (vLLM) every turn is decoded there, each turn of trajectory ``i`` with its own
     seed derived from stream ``stream_offset + i``; the turns then carry the engine's log-probs.
+    Without one the trajectories are decoded in slices of ``generation_batch_size``, each played to its
+    end before the next starts: a trajectory draws the same tokens in any slice, and the KV caches held
+    at once are one slice's.
 
     ``context`` (``full`` | ``window`` | ``single_turn``, with ``context_turns`` past turns for the
     window) sets which past turns each context shows (``models.context.turn_context_ids``); a turn
@@ -85,28 +88,28 @@ def collect_rollouts(
     was_training = policy.model.training
     if engine is None:
         policy.model.eval()
-    decode_turn = _turn_decoder(policy, engine, max_new_tokens, generation_batch_size)
+    decode_turn = _turn_decoder(policy, engine, max_new_tokens)
     carried = _CarriedCaches(enabled=policy.reuse_kv_across_turns and engine is None)  # vLLM caches prefixes itself
-    env_time = [0.0]  # seconds in the envs: submitting answers, then stepping (and waiting for what they submitted)
+    env_time = 0.0  # seconds in the envs: submitting answers, then stepping (and waiting for what they submitted)
 
-    def submit(chunk: list[_LiveTrajectory], responses: list[list[int]]) -> None:
-        t0 = time.perf_counter()
-        _submit_answers(policy, chunk, responses)
-        env_time[0] += time.perf_counter() - t0
-
+    # vLLM pages its KV cache within its own budget and batches best when given everything at once.
+    slice_size = len(live) if engine is not None else generation_batch_size
     try:
-        while live:
-            responses, caches, logprobs = decode_turn(live, carried.prefixes(live), submit)
-            still_live = []
-            t0 = time.perf_counter()
-            for t, response_ids, cache, sample_logprobs in zip(live, responses, caches, logprobs):
-                generated_tokens += len(response_ids)
-                following = _play_turn(policy, t, trajectories[t.index], response_ids, sample_logprobs, context, context_turns)
-                if following is not None:
-                    still_live.append(following)
-                    carried.keep(t.index, t.context_ids, response_ids, cache)
-            env_time[0] += time.perf_counter() - t0
-            live = still_live
+        for start in range(0, len(live), slice_size):
+            pending = live[start : start + slice_size]
+            while pending:
+                responses, caches, logprobs = decode_turn(pending, carried.prefixes(pending))
+                t0 = time.perf_counter()
+                _submit_answers(policy, pending, responses)
+                still_live = []
+                for t, response_ids, cache, sample_logprobs in zip(pending, responses, caches, logprobs):
+                    generated_tokens += len(response_ids)
+                    following = _play_turn(policy, t, trajectories[t.index], response_ids, sample_logprobs, context, context_turns)
+                    if following is not None:
+                        still_live.append(following)
+                        carried.keep(t.index, t.context_ids, response_ids, cache)
+                env_time += time.perf_counter() - t0
+                pending = still_live
     finally:
         if engine is None:
             policy.model.train(was_training)
@@ -115,14 +118,14 @@ def collect_rollouts(
     return batch, {
         "perf/rollout_time_s": elapsed,
         "perf/rollout_tokens_per_s": generated_tokens / max(elapsed, 1e-9),
-        "perf/rollout_env_time_s": env_time[0],
+        "perf/rollout_env_time_s": env_time,
     }
 
 
 def _submit_answers(policy: Policy, live: list[_LiveTrajectory], responses: list[list[int]]) -> None:
     """Start each env's work for its response before the envs are stepped one by one
     (``TextEnv.submit``: DeepCoder queues the program on its sandbox's workers, which then run beside
-    the decoding of the next chunk and each other), with the text ``_play_turn`` will step it with."""
+    each other), with the text ``_play_turn`` will step it with."""
     for t, response_ids in zip(live, responses):
         parsed = parse_response(policy.response_text(response_ids))
         t.env.submit(parsed.answer if parsed.format_valid else "")
@@ -162,50 +165,40 @@ def _start_trajectories(
 
 
 def _turn_decoder(
-    policy: Policy, engine: VLLMEngine | None, max_new_tokens: int, generation_batch_size: int
-) -> Callable[[list[_LiveTrajectory], list[RowCache | None] | None, OnDecoded], TurnOutput]:
+    policy: Policy, engine: VLLMEngine | None, max_new_tokens: int
+) -> Callable[[list[_LiveTrajectory], list[RowCache | None] | None], TurnOutput]:
     """What decodes one turn of every live trajectory: the vLLM ``engine`` where given (its own
     batching and prefix cache; each trajectory's turn seeded from its stream and turn number, log-probs
-    returned), else the
-    policy's decoding model in chunks of ``generation_batch_size`` trajectories, each drawing from its
-    own generator and, with ``prefixes``, encoding only what its carried cache does not cover. Each
-    decoded chunk goes to ``on_decoded`` before the next is decoded (the engine's batch is one chunk)."""
+    returned), else the policy's decoding model, each trajectory drawing from its own generator and,
+    with ``prefixes``, encoding only what its carried cache does not cover."""
     stop_string = policy.stop_text.text if policy.stop_text is not None else None
     if engine is not None:
 
-        def decode_with_engine(live: list[_LiveTrajectory], prefixes: object, on_decoded: OnDecoded) -> TurnOutput:
+        def decode_with_engine(live: list[_LiveTrajectory], prefixes: object) -> TurnOutput:
             contexts = [t.context_ids for t in live]
             turn_seeds = [turn_sample_seed(t.stream_seed, t.turn) for t in live]
             responses, logprobs = engine.generate(
                 contexts, turn_seeds, [t.temperature for t in live], max_new_tokens, policy.stop_ids, stop_string
             )
-            on_decoded(live, responses)
             return responses, [None] * len(live), logprobs
 
         return decode_with_engine
     decoder = policy.decoding_model()
     pad_id = pad_token_id(policy.tokenizer)
 
-    def decode_with_policy(live: list[_LiveTrajectory], prefixes: list[RowCache | None] | None, on_decoded: OnDecoded) -> TurnOutput:
-        responses: list[list[int]] = []
-        caches: list[RowCache | None] = []
-        for start in range(0, len(live), generation_batch_size):
-            chunk = live[start : start + generation_batch_size]
-            new_tokens, new_caches = generate(
-                decoder,
-                [t.context_ids for t in chunk],
-                [t.generator for t in chunk],
-                [t.temperature for t in chunk],
-                max_new_tokens,
-                policy.stop_ids,
-                pad_id,
-                stop_text=policy.stop_text,
-                prefixes=None if prefixes is None else prefixes[start : start + generation_batch_size],
-                keep_cache=prefixes is not None,
-            )
-            on_decoded(chunk, new_tokens)
-            responses += new_tokens
-            caches += new_caches
+    def decode_with_policy(live: list[_LiveTrajectory], prefixes: list[RowCache | None] | None) -> TurnOutput:
+        responses, caches = generate(
+            decoder,
+            [t.context_ids for t in live],
+            [t.generator for t in live],
+            [t.temperature for t in live],
+            max_new_tokens,
+            policy.stop_ids,
+            pad_id,
+            stop_text=policy.stop_text,
+            prefixes=prefixes,
+            keep_cache=prefixes is not None,
+        )
         return responses, caches, [None] * len(live)
 
     return decode_with_policy
