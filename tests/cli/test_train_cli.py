@@ -21,6 +21,7 @@ import pytest
 
 from agentcollapse.config.compose import compose
 from agentcollapse.models.policy import resolve_model_dir
+from agentcollapse.run import allocator
 from tests.conftest import TINY_OVERRIDES
 
 # Four iterations, a checkpoint after each, validation at 0, 2 and 4, the MI proxy at 1, 2 and 4 (so a
@@ -50,9 +51,14 @@ def cli_env() -> dict[str, str]:
     return {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
 
 
-def run(run_dir: Path, cache_dir: str, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess:
+def run(run_dir: Path, cache_dir: str, *extra: str, timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
     proc = subprocess.run(
-        train_cmd(run_dir, cache_dir, *extra), cwd=run_dir.parent, env=cli_env(), capture_output=True, text=True, timeout=timeout
+        train_cmd(run_dir, cache_dir, *extra),
+        cwd=run_dir.parent,
+        env={**cli_env(), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc
@@ -118,6 +124,8 @@ def reference(tmp_path_factory, cache_dir) -> pd.DataFrame:
     cfg = compose([*RUN_OVERRIDES, f"cache_dir={cache_dir}"])
     built = json.loads((resolve_model_dir(cfg.model, cfg.env, cache_dir) / "meta.json").read_text())["weights_sha256"]
     assert s["policy_weights_sha256"] == built
+    # the command started again under tcmalloc where the machine has it (.ci/run installs it)
+    assert s["allocator"] == ("tcmalloc" if allocator.tcmalloc_library() else "system")
     assert (run_dir / ".hydra").is_dir()  # Hydra's own files go into the run dir ...
     assert not (run_dir.parent / "runs").exists()  # ... not into a stray runs/<env>/<algo>/<time> dir
     df = metrics(run_dir)
@@ -130,10 +138,12 @@ def test_a_shared_step0_evaluation_is_read_back_and_changes_nothing_after_it(tmp
     shared = shared_dir(tmp_path_factory)
     assert len(list(shared.glob("*.json"))) == 1  # the reference run computed and stored it
     run_dir = tmp_path / "run"
-    run(run_dir, cache_dir, f"trainer.shared_eval_dir={shared}")
+    run(run_dir, cache_dir, f"trainer.shared_eval_dir={shared}", env={allocator.OPT_OUT: "system"})
     assert pd.read_csv(run_dir / "metrics.csv").loc[0, "perf/val_shared"] == 1.0
     # Skipping the evaluation leaves every later number as it was: it draws from no global generator.
-    pd.testing.assert_frame_equal(metrics(run_dir), reference)
+    # Nor does the allocator change one: this run kept the system's (the reference ran under tcmalloc).
+    assert summary(run_dir)["allocator"] == "system"
+    pd.testing.assert_frame_equal(metrics(run_dir), reference, check_exact=True)
 
 
 @pytest.mark.slow

@@ -21,14 +21,23 @@ import sys
 from agentcollapse.errors import UserError
 
 COMMANDS = ("train", "sweep", "base-model", "mi-check", "doctor", "export-checkpoint")
+# The commands that run a model: from the command line each starts again under tcmalloc where the
+# machine has it (run.allocator: the same numbers, ~5% faster and ~10% smaller SmolLM2 runs).
+MODEL_COMMANDS = ("train", "sweep", "base-model", "mi-check")
+PRINT_ONLY = {"-h", "--help", "--hydra-help", "-c", "--cfg", "-i", "--info", "--version"}  # Hydra's flags that run nothing
 
 
 def main(argv: list[str] | None = None) -> None:
+    from_command_line = argv is None  # a caller in this process (a test) keeps the process it has
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(__doc__)
         return
     command, rest = argv[0], argv[1:]
+    if from_command_line and command in MODEL_COMMANDS and not PRINT_ONLY.intersection(rest):
+        from agentcollapse.run.allocator import restart_under_tcmalloc
+
+        restart_under_tcmalloc("agentcollapse.cli.main", argv)
     try:
         if command == "train":
             from agentcollapse.cli.train import main as train_main

@@ -29,6 +29,7 @@ from agentcollapse.errors import UserError
 from agentcollapse.models.cache import checked_cache_dir
 from agentcollapse.models.policy import built_weights_sha256, check_causal_lm_dir
 from agentcollapse.records import RunRecorder, read_summary
+from agentcollapse.run import allocator
 from agentcollapse.run import trainer as run_trainer
 from agentcollapse.run.checks import load_run_config
 from agentcollapse.run.directory import checkpoint_iteration, last_checkpoint, prepare_run_dir
@@ -121,6 +122,7 @@ def train(cfg_in: DictConfig | RunConfig) -> dict[str, Any]:
             sha = built_weights_sha256(module.policy.source_dir)
             if sha is not None:
                 recorder.facts["policy_weights_sha256"] = sha
+            recorder.facts["allocator"] = allocator.in_use()  # the timings' context (run.allocator)
             trainer.fit(module, train_dataloaders=run_trainer.iterations(cfg.trainer.max_steps), ckpt_path=str(ckpt) if ckpt else None)
             if module.pending_signal:  # stopped at the end of an iteration: several ranks together (StopTogether), or a swallowed raise
                 raise Interrupted(module.pending_signal)
