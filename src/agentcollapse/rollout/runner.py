@@ -93,7 +93,7 @@ def collect_rollouts(
     env_time = 0.0  # seconds in the envs: submitting answers, then stepping (and waiting for what they submitted)
 
     # vLLM pages its KV cache within its own budget and batches best when given everything at once.
-    slice_size = len(live) if engine is not None else generation_batch_size
+    slice_size = max(len(live), 1) if engine is not None else generation_batch_size  # a rank may have no rows
     try:
         for start in range(0, len(live), slice_size):
             pending = live[start : start + slice_size]
