@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import time
 from pathlib import Path
 
-from benchmarks.common import ROOT, Benchmark, Results, csv_list, measured_train, policy_dir, run, with_model
+from benchmarks.common import ROOT, Benchmark, Results, csv_list, measured_train, policy_dir, run, timed, with_model
 
 
 def flags(ap: argparse.ArgumentParser) -> None:
@@ -54,14 +53,11 @@ def main(args: argparse.Namespace, save: Results) -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-memory-") as tmp:
         for size in map(int, args.slices):
-            started = time.perf_counter()
-            metrics, peak_mib = measured_train(
-                ROOT / "src", [*overrides, f"rollout.generation_batch_size={size}"], Path(tmp) / str(size), args.threads
+            wall_s, (metrics, peak_mib) = timed(
+                measured_train, ROOT / "src", [*overrides, f"rollout.generation_batch_size={size}"], Path(tmp) / str(size), args.threads
             )
             evaluation = {k: float(v) for k, v in metrics.iloc[0].items() if str(k).startswith("val/") and v == v}
-            rows.append(
-                {"generation_batch_size": size, "peak_rss_mib": peak_mib, "wall_s": time.perf_counter() - started, "step0": evaluation}
-            )
+            rows.append({"generation_batch_size": size, "peak_rss_mib": peak_mib, "wall_s": wall_s, "step0": evaluation})
             print(
                 f"generation_batch_size={size}: peak {peak_mib / 1024:.2f} GiB, {rows[-1]['wall_s']:.0f} s, step 0 {evaluation}", flush=True
             )

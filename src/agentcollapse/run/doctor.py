@@ -45,10 +45,9 @@ def doctor(overrides: list[str] | None = None) -> int:
         results.append(_check(True, f"cache directory {cache} writable"))
     except UserError as exc:  # its message says what to fix
         results.append(_check(False, str(exc)))
-    library = allocator.tcmalloc_library()
     if os.environ.get(allocator.OPT_OUT) == "system":
         results.append(_check(True, f"memory allocator: the system's ({allocator.OPT_OUT}=system)"))
-    elif library:
+    elif library := allocator.tcmalloc_library():
         results.append(_check(True, f"memory allocator: tcmalloc ({library}), which train, sweep, base-model and mi-check start under"))
     else:  # optional: runs work without it, ~5% slower
         results.append(
