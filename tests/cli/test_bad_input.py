@@ -113,6 +113,10 @@ CASES = {
         ["model=tiny (model.hidden_size=64 / model.num_heads=4)", "head size 16", "32", "model.num_heads", "rollout.engine=hf"],
     ),
     "negative staleness bound": (["rollout.max_staleness=-1"], ["rollout.max_staleness=-1 must be an integer >= 0"]),
+    "a response floor above its budget": (
+        ["rollout.max_new_tokens=8", "rollout.min_new_tokens=9"],
+        ["rollout.min_new_tokens=9 is above rollout.max_new_tokens=8", "at most the budget"],
+    ),
     "async rollouts without an engine to overlap": (
         ["rollout.max_staleness=1"],
         ["rollout.max_staleness=1", "rollout.engine=hf", "nothing can overlap", "set rollout.engine=vllm"],

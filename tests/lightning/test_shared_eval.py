@@ -11,7 +11,14 @@ EVAL = ("trainer.val_episodes=3", "trainer.val_temperatures=[0.5,1.0]")
 
 def test_runs_that_differ_only_in_what_trains_share_the_key(make_cfg, tiny_policy):
     base = step0_key(make_cfg(*EVAL), tiny_policy.model)
-    for training_only in ("algorithm=ppo", "filter=rv_top_p", "algorithm.kl_coef=0.1", "rollout.group_size=8", "trainer.max_steps=9"):
+    for training_only in (
+        "algorithm=ppo",
+        "filter=rv_top_p",
+        "algorithm.kl_coef=0.1",
+        "rollout.group_size=8",
+        "trainer.max_steps=9",
+        "rollout.min_new_tokens=4",  # training rollouts only
+    ):
         assert step0_key(make_cfg(*EVAL, training_only), tiny_policy.model) == base, training_only
     for evaluated in ("seed=1", "trainer.val_episodes=4", "trainer.val_temperatures=[0.5]", "rollout.max_new_tokens=9"):
         assert step0_key(make_cfg(*EVAL, evaluated), tiny_policy.model) != base, evaluated

@@ -225,3 +225,22 @@ def test_slices_of_trajectories_are_played_to_their_end_one_after_the_other(tiny
     assert [[t.response_ids for t in a.turns] for a in sliced.trajectories] == [
         [t.response_ids for t in a.turns] for a in whole.trajectories
     ]
+
+
+def test_min_new_tokens_holds_back_every_stop_until_that_many_tokens(tiny_policy):
+    # rollout.min_new_tokens, as vLLM's min_tokens: a benchmark of equal work runs every response to the budget
+    def roll(min_new_tokens):
+        return collect_rollouts(
+            tiny_policy, lambda: envs.make("frozenlake"), [11, 12], 3, 1.0, 12, sample_seed=3, min_new_tokens=min_new_tokens
+        )[0]
+
+    def responses(batch):
+        return [t.response_ids for traj in batch.trajectories for t in traj.turns]
+
+    stops = tiny_policy.stop_ids
+    free = responses(roll(0))
+    assert min(len(r) for r in free) < 12  # the policy does stop early on its own
+    assert {len(r) for r in responses(roll(12))} == {12}
+    held = responses(roll(6))
+    assert min(len(r) for r in held) >= 6 and not any(set(r[:6]) & stops for r in held)
+    assert any(len(r) < 12 and r[-1] in stops for r in held)  # after them a stop ends a response again

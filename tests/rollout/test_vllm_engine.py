@@ -80,6 +80,18 @@ def test_greedy_multi_turn_rollout_matches_transformers(smollm2):
     assert masked_abs_mean(mb["sample_logp"], logp, mb["response_mask"]) < LOGP_TOL
 
 
+def test_min_new_tokens_runs_every_response_to_the_budget_on_both_engines(smollm2):
+    # rollout.min_new_tokens = max_new_tokens (a benchmark's equal work): vLLM's min_tokens and the
+    # transformers decoder hold back EOS and </answer> alike, greedily to the same tokens
+    cfg, policy, engine = smollm2
+    make_env = lambda: envs.from_config(cfg.env)  # noqa: E731
+    hf, _ = collect_rollouts(policy, make_env, [3, 4], 1, 0.0, 16, sample_seed=1, min_new_tokens=16)
+    vl, _ = collect_rollouts(policy, make_env, [3, 4], 1, 0.0, 16, sample_seed=1, engine=engine, min_new_tokens=16)
+    turns_hf = [t.response_ids for traj in hf.trajectories for t in traj.turns]
+    assert turns_hf == [t.response_ids for traj in vl.trajectories for t in traj.turns]
+    assert {len(r) for r in turns_hf} == {16}
+
+
 def test_sampling_is_seeded_per_trajectory(smollm2):
     cfg, policy, engine = smollm2
     make_env = lambda: envs.from_config(cfg.env)  # noqa: E731

@@ -235,6 +235,10 @@ class RolloutConfig:
     group_size: int = opt(16, help="G: trajectories per prompt")
     temperature: float = opt(1.0, help="sampling temperature of training rollouts")
     max_new_tokens: int = opt(48, help="token budget of one response (one turn)")
+    min_new_tokens: int = opt(
+        0,
+        help="training rollouts: tokens each response runs before EOS or </answer> may end it (vLLM's min_tokens; max_new_tokens: every response runs to the budget, as a benchmark of equal work needs); evaluation always stops at the first",
+    )
     generation_batch_size: int = opt(
         256,
         help="rollout.engine=hf: trajectories decoded together, each slice played to its end before the next starts (bounds the KV caches held at once); vLLM takes every trajectory at once",
@@ -264,6 +268,11 @@ class RolloutConfig:
         for key in ("num_prompts", "group_size", "max_new_tokens", "generation_batch_size"):
             _at_least(f"rollout.{key}", getattr(self, key), 1)
         _at_least("rollout.max_staleness", self.max_staleness, 0)
+        _at_least("rollout.min_new_tokens", self.min_new_tokens, 0)
+        if self.min_new_tokens > self.max_new_tokens:
+            raise UserError(
+                f"rollout.min_new_tokens={self.min_new_tokens} is above rollout.max_new_tokens={self.max_new_tokens}: set it at most the budget (the budget itself: every response runs to it)"
+            )
         _one_of("rollout.context", self.context, ("full", "window", "single_turn"))
         if self.context == "window" and (
             isinstance(self.context_turns, bool) or not isinstance(self.context_turns, int) or self.context_turns < 1

@@ -194,7 +194,9 @@ class AgentRLModule(L.LightningModule):
                 return self.decode_refilled(step, refill)
             iteration = step - 1
             sample_seed = seeds.rollout_sample_seed(self.cfg.seed, iteration)
-            return self.local_rollout(self.train_env_seeds(iteration), r.group_size, r.temperature, sample_seed, self.engine)
+            return self.local_rollout(
+                self.train_env_seeds(iteration), r.group_size, r.temperature, sample_seed, self.engine, r.min_new_tokens
+            )
 
         with distributed.whole_weights(self):
             base_weights = self.engine_weights()
@@ -241,7 +243,7 @@ class AgentRLModule(L.LightningModule):
         for attempt in range(1 + self.cfg.algorithm.max_resample_rounds):
             sample_seed = seeds.rollout_sample_seed(self.cfg.seed, iteration, attempt=attempt)
             batch, perf = self.local_rollout(
-                self.train_env_seeds(iteration, attempt), r.group_size, r.temperature, sample_seed, self.engine
+                self.train_env_seeds(iteration, attempt), r.group_size, r.temperature, sample_seed, self.engine, r.min_new_tokens
             )
             first = first or batch
             batches += 1
@@ -305,21 +307,30 @@ class AgentRLModule(L.LightningModule):
         """The training rollout of ``iteration`` (``attempt`` > 0: an extra one of dynamic sampling)."""
         r = self.cfg.rollout
         sample_seed = seeds.rollout_sample_seed(self.cfg.seed, iteration, attempt=attempt)
-        rollout, perf = self.sharded_rollout(self.train_env_seeds(iteration, attempt), r.group_size, r.temperature, sample_seed)
+        rollout, perf = self.sharded_rollout(
+            self.train_env_seeds(iteration, attempt), r.group_size, r.temperature, sample_seed, r.min_new_tokens
+        )
         for traj in rollout.trajectories:
             traj.policy_version = iteration
         return rollout, perf
 
     def sharded_rollout(
-        self, env_seeds: list[int], group_size: int, temperature: float | list[float], sample_seed: int
+        self, env_seeds: list[int], group_size: int, temperature: float | list[float], sample_seed: int, min_new_tokens: int = 0
     ) -> tuple[RolloutBatch, dict[str, float]]:
         """The rollout of ``env_seeds`` as one process would draw it: each rank decodes its block of
-        groups on the streams the whole batch gives them, then every rank receives the whole batch."""
-        local, perf = self.local_rollout(env_seeds, group_size, temperature, sample_seed, self.rollout_engine())
+        groups on the streams the whole batch gives them, then every rank receives the whole batch.
+        ``min_new_tokens``: tokens a response runs before a stop may end it (training's ``rollout.min_new_tokens``)."""
+        local, perf = self.local_rollout(env_seeds, group_size, temperature, sample_seed, self.rollout_engine(), min_new_tokens)
         return self.gathered(local, perf)
 
     def local_rollout(
-        self, env_seeds: list[int], group_size: int, temperature: float | list[float], sample_seed: int, engine: VLLMEngine | None
+        self,
+        env_seeds: list[int],
+        group_size: int,
+        temperature: float | list[float],
+        sample_seed: int,
+        engine: VLLMEngine | None,
+        min_new_tokens: int = 0,
     ) -> tuple[RolloutBatch, dict[str, float]]:
         """This rank's block of the groups of ``env_seeds``, decoded on ``engine`` (None: transformers); no
         collective, so the producer's thread may call it."""
@@ -333,6 +344,7 @@ class AgentRLModule(L.LightningModule):
             temperature if isinstance(temperature, (int, float)) else temperature[start:stop],
             self.cfg.rollout.max_new_tokens,
             sample_seed=sample_seed,
+            min_new_tokens=min_new_tokens,
             generation_batch_size=self.cfg.rollout.generation_batch_size,
             stream_offset=start * group_size,
             engine=engine,

@@ -32,7 +32,7 @@ __all__ = ["SharedEvaluations", "step0_key"]
 TRAINING_ONLY = {
     "": ("algorithm", "filter", "diagnostics", "callbacks", "logger", "sweep", "run_dir", "resume", "cache_dir"),
     "trainer": ("max_steps", "val_every", "checkpoint_every", "progress_bar", "shared_eval_dir"),
-    "rollout": ("num_prompts", "group_size", "temperature"),
+    "rollout": ("num_prompts", "group_size", "temperature", "min_new_tokens"),
 }
 
 

@@ -81,10 +81,12 @@ def generate(
     prefixes: Sequence[RowCache | None] | None = None,
     keep_cache: bool = False,
     stop_text: StopText | None = None,
+    min_new_tokens: int = 0,
 ) -> tuple[list[list[int]], list[RowCache | None]]:
     """Continue every prompt until a stop token (kept), the ``stop_text`` (its last token kept) or
     ``max_new_tokens``; returns the new tokens and, with ``keep_cache``, each row's cache of its
-    prompt + new tokens but the last (else None).
+    prompt + new tokens but the last (else None). As vLLM's ``min_tokens``: no stop token is drawn
+    among a row's first ``min_new_tokens`` tokens, and only the text after them can hold ``stop_text``.
 
     ``temperature`` is one for all rows or one per row (0 = greedy), so several evaluation
     temperatures decode in one batch. ``prefixes[i]``, where given, holds the keys/values of
@@ -153,10 +155,18 @@ def generate(
                 if temps[r] > 0:
                     noise[r, :span] = torch.rand((span, vocab), generator=generators[r])
         uniform = noise[active, step % chunk].to(logits.device) if noise is not None else None
-        choice = gumbel_argmax(logits[live.to(device)], temps[active].to(logits.device), uniform)
+        step_logits = logits[live.to(device)]  # a copy: masking it leaves the batch's logits alone
+        if step < min_new_tokens:
+            step_logits.index_fill_(-1, stop, float("-inf"))
+        choice = gumbel_argmax(step_logits, temps[active].to(logits.device), uniform)
         for r, token in zip(active.tolist(), choice.tolist()):
             generated[r].append(token)
-            if stop_text is not None and token in stop_text.trigger_ids and stop_text.hit(generated[r]):
+            if (
+                stop_text is not None
+                and step >= min_new_tokens
+                and token in stop_text.trigger_ids
+                and stop_text.hit(generated[r][min_new_tokens:])
+            ):
                 finished[r] = True
         finished[active] |= torch.isin(choice, stop).cpu()
         if bool(finished.all()):

@@ -59,6 +59,7 @@ def collect_rollouts(
     engine: VLLMEngine | None = None,
     context: str = "full",
     context_turns: int = 0,
+    min_new_tokens: int = 0,
 ) -> tuple[RolloutBatch, dict[str, float]]:
     """Roll out ``group_size`` trajectories per env seed; returns the batch and timing stats.
 
@@ -75,7 +76,9 @@ def collect_rollouts(
 
     ``context`` (``full`` | ``window`` | ``single_turn``, with ``context_turns`` past turns for the
     window) sets which past turns each context shows (``models.context.turn_context_ids``); a turn
-    whose context was re-rendered at a window start is marked ``window_start``."""
+    whose context was re-rendered at a window start is marked ``window_start``. Each response runs at
+    least ``min_new_tokens`` tokens before a stop token or the stop text may end it (``max_new_tokens``:
+    every response runs to the budget)."""
     started = time.perf_counter()
     history_start(0, context, context_turns)  # an unknown mode or a window without turns: ValueError
     if engine is not None:  # a batch decodes the same whatever the engine served before (vllm_engine's docstring)
@@ -88,7 +91,7 @@ def collect_rollouts(
     was_training = policy.model.training
     if engine is None:
         policy.model.eval()
-    decode_turn = _turn_decoder(policy, engine, max_new_tokens)
+    decode_turn = _turn_decoder(policy, engine, max_new_tokens, min_new_tokens)
     carried = _CarriedCaches(enabled=policy.reuse_kv_across_turns and engine is None)  # vLLM caches prefixes itself
     env_time = 0.0  # seconds in the envs: submitting answers, then stepping (and waiting for what they submitted)
 
@@ -165,7 +168,7 @@ def _start_trajectories(
 
 
 def _turn_decoder(
-    policy: Policy, engine: VLLMEngine | None, max_new_tokens: int
+    policy: Policy, engine: VLLMEngine | None, max_new_tokens: int, min_new_tokens: int = 0
 ) -> Callable[[list[_LiveTrajectory], list[RowCache | None] | None], TurnOutput]:
     """What decodes one turn of every live trajectory: the vLLM ``engine`` where given (its own
     batching and prefix cache; each trajectory's turn seeded from its stream and turn number, log-probs
@@ -178,7 +181,13 @@ def _turn_decoder(
             contexts = [t.context_ids for t in live]
             turn_seeds = [turn_sample_seed(t.stream_seed, t.turn) for t in live]
             responses, logprobs = engine.generate(
-                contexts, turn_seeds, [t.temperature for t in live], max_new_tokens, policy.stop_ids, stop_string
+                contexts,
+                turn_seeds,
+                [t.temperature for t in live],
+                max_new_tokens,
+                policy.stop_ids,
+                stop_string,
+                min_new_tokens=min_new_tokens,
             )
             return responses, [None] * len(live), logprobs
 
@@ -198,6 +207,7 @@ def _turn_decoder(
             stop_text=policy.stop_text,
             prefixes=prefixes,
             keep_cache=prefixes is not None,
+            min_new_tokens=min_new_tokens,
         )
         return responses, caches, [None] * len(live)
 

@@ -162,10 +162,11 @@ class VLLMEngine:
         max_new_tokens: int,
         stop_ids: Iterable[int],
         stop_text: str | None,
+        min_new_tokens: int = 0,
     ) -> tuple[list[list[int]], list[list[float]]]:
         """Continue every prompt until a stop token (kept), ``stop_text`` (the token completing it
         kept) or ``max_new_tokens``; returns each row's new tokens and their sampling log-probs.
-        Temperature 0 is greedy."""
+        Neither stop ends a row before its ``min_new_tokens``-th token. Temperature 0 is greedy."""
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
@@ -177,6 +178,7 @@ class VLLMEngine:
             SamplingParams(
                 temperature=float(t),
                 max_tokens=max_new_tokens,
+                min_tokens=min_new_tokens,  # holds back stop tokens and stop strings alike
                 seed=int(s),
                 logprobs=0,  # the sampled token's own log-prob
                 stop_token_ids=stops,
