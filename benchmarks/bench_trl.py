@@ -50,8 +50,21 @@ does it (built once and cached, ~3 min on 2 cores, before any timing), at its ow
 gradient checkpointing (both defaults); ours decodes with vLLM (``--smollm2-engine``, the faster engine
 here: ``make bench-engines``) and runs its MI proxy's forwards in bf16 (``--smollm2-proxy-dtype``, faster
 on this CPU; ``make bench-proxy`` measures what it moves), TRL with ``transformers`` ``generate`` in fp32. Nothing is suppressed:
-the warm-started policy writes ``<think>``/``<answer>`` and stops where it chooses, the same
-distribution on both sides; each side's measured completion lengths are reported.
+the warm-started policy writes ``<think>``/``<answer>``, the same distribution on both sides.
+
+**The smollm2 entry compares equal work** (since 2026-12-07; issue 64): with ``--smollm2-tokens budget``
+(the default) every completion runs to the budget on both sides (ours ``rollout.min_new_tokens``, which
+holds back EOS and ``</answer>`` as vLLM's ``min_tokens`` does; TRL ``generation_kwargs={"min_new_tokens":
+budget}``, since it stops at EOS only), so both generate, score and train the same number of tokens
+(``equal_tokens`` in the summary checks the measured lengths); ``free`` lets each stop where it stops (ours
+at ``</answer>``, TRL at EOS: TRL then did ~20% more tokens). Both compute in ``--smollm2-dtype`` (bf16:
+ours ``algorithm.update_dtype``, TRL ``bf16=True``, which also makes it generate in bf16). Ours runs twice
+a round, the MI proxy every step (``ours``) and at its default cadence, every 5 (``ours_every5``, as a user
+runs it), so a round is three runs of ``--smollm2-steps`` (6) iterations, and the smollm2 numbers are
+**means** of iterations 2-6 (a median would drop the one in five that carries the proxy). Each phase is
+also read as tokens/s and against this CPU's matmul limit: ``torch.matmul`` probed at SmolLM2's shapes
+before and after the runs, and the time the phase's least work would take at those rates (see
+``fair_summary``) over its measured time.
 
 Runs alternate (ours, TRL; then TRL, ours; ...), ``--repeats`` pairs per model, each run
 ``--steps`` iterations of which the first (one-off costs) is discarded; medians over the rest.
@@ -77,6 +90,7 @@ from benchmarks.common import (
     ROOT,
     Benchmark,
     Results,
+    linear_params,
     median,
     phase_lists,
     rounds_within,
@@ -94,6 +108,14 @@ ACCUMULATION = 4  # TRL: gradient_accumulation_steps of the config in the issue
 
 
 SMOLLM2 = "smollm2"  # the real model's entry in --models (the rest are tiny-body heads)
+# ours with the MI proxy at its default cadence (diagnostics.compute_freq=5), as a user runs it: the smollm2
+# entry's third side, beside ours with the proxy every step ("ours") and TRL
+EVERY5 = "ours_every5"
+
+
+def sides(name: str) -> tuple[str, ...]:
+    """The runs of one alternating round of an entry."""
+    return ("ours", EVERY5, "trl") if name == SMOLLM2 else ("ours", "trl")
 
 
 # -- the shared model ----------------------------------------------------------------------------
@@ -211,10 +233,15 @@ def prompts_for(cfg: Any, tokenizer: Any, iterations: int, num_prompts: int) -> 
 
 
 # -- our side --------------------------------------------------------------------------------------
-def run_ours(model_dir: Path, args: argparse.Namespace, run_dir: Path, name: str) -> dict[str, Any]:
+def run_ours(model_dir: Path, args: argparse.Namespace, run_dir: Path, name: str, compute_freq: int = 1) -> dict[str, Any]:
     # SmolLM2 resolves its warm-started directory through the cache itself (the one build_smollm2_dir made)
     model = args.model_overrides + (
-        [f"rollout.engine={args.smollm2_engine}", f"diagnostics.proxy_dtype={args.smollm2_proxy_dtype}"]
+        [
+            f"rollout.engine={args.smollm2_engine}",
+            f"diagnostics.proxy_dtype={args.smollm2_proxy_dtype}",
+            f"algorithm.update_dtype={args.smollm2_dtype}",
+            *([f"rollout.min_new_tokens={args.max_new_tokens}"] if args.smollm2_tokens == "budget" else []),
+        ]
         if name == SMOLLM2
         else [f"model.path={model_dir}"]
     )
@@ -224,7 +251,7 @@ def run_ours(model_dir: Path, args: argparse.Namespace, run_dir: Path, name: str
         f"rollout.num_prompts={args.prompts}",
         f"rollout.group_size={args.group}",
         f"rollout.max_new_tokens={args.max_new_tokens}",
-        "diagnostics.compute_freq=1",
+        f"diagnostics.compute_freq={compute_freq}",
         *timed_run_overrides(args.steps, args.threads),
         *args.overrides,
     ]
@@ -348,6 +375,10 @@ def grpo_config_fields(args: argparse.Namespace) -> dict[str, Any]:
         "gradient_accumulation_steps": ACCUMULATION,
         "max_completion_length": args.max_new_tokens,
     }
+    if args.model_name == SMOLLM2:  # the same compute dtype and, with "budget", the same tokens as ours
+        trl_config["bf16"] = args.smollm2_dtype == "bfloat16"
+        if args.smollm2_tokens == "budget":  # EOS held back to the budget (TRL stops at nothing else)
+            trl_config["generation_kwargs"] = {"min_new_tokens": args.max_new_tokens}
     for item in args.trl_arg:
         key, _, value = item.partition("=")
         trl_config[key] = json.loads(value)
@@ -413,7 +444,17 @@ def run_trl(model_dir: Path, args: argparse.Namespace, out_file: Path) -> dict[s
         str(out_file),
         *(
             f"--{k}={getattr(args, k.replace('-', '_'))}"
-            for k in ("steps", "threads", "prompts", "group", "max-new-tokens", "model-name", "collapse-freq")
+            for k in (
+                "steps",
+                "threads",
+                "prompts",
+                "group",
+                "max-new-tokens",
+                "model-name",
+                "collapse-freq",
+                "smollm2-tokens",
+                "smollm2-dtype",
+            )
         ),
         f"--trl-arg=beta={args.beta}",  # first: an explicit --trl-arg beta=... still wins
         *(f"--trl-arg={a}" for a in args.trl_arg),
@@ -458,6 +499,26 @@ def flags(ap: argparse.ArgumentParser) -> None:
         help="P x G x new tokens of the smollm2 entry (its own: P=8 x G=16 x 40 costs minutes an iteration on 2 cores)",
     )
     ap.add_argument("--smollm2-engine", default="vllm", choices=["vllm", "hf"], help="our rollout engine for smollm2")
+    ap.add_argument(
+        "--smollm2-tokens",
+        default="budget",
+        choices=["budget", "free"],
+        help="budget: both sides run every smollm2 completion to the budget (ours rollout.min_new_tokens, TRL min_new_tokens), "
+        "equal work; free: each stops where it stops (ours at </answer>, TRL only at EOS: the comparison before 2026-12-07)",
+    )
+    ap.add_argument(
+        "--smollm2-dtype",
+        default="bfloat16",
+        choices=["bfloat16", "float32"],
+        help="smollm2's compute dtype on both sides: ours algorithm.update_dtype, TRL bf16=True (which also generates in bf16)",
+    )
+    ap.add_argument(
+        "--smollm2-steps",
+        type=int,
+        default=6,
+        help="iterations per smollm2 run: 6 keeps iterations 2-6, one of which (step 5) carries the every-5 proxy",
+    )
+    ap.add_argument("--save-as", default="trl", help="name of the result files (<name>.json, <name>.md)")
     ap.add_argument(
         "--smollm2-proxy-dtype",
         default="bfloat16",
@@ -511,11 +572,15 @@ def main(args: argparse.Namespace, save: Results) -> None:
         return
     with tempfile.TemporaryDirectory() as tmp:
         dirs, results = build_models(args, names, sizes, Path(tmp))
+        if SMOLLM2 in names:  # the matmul limit at SmolLM2's shapes, probed before the runs and after them (best of each)
+            results[SMOLLM2]["probe"] = probe_limit(results[SMOLLM2]["model"]["path"])
         for rep in rounds_within(args.repeats, args.max_minutes, started):
             for name in names:
-                for side in turn_order(("ours", "trl"), rep, swap=True):
+                for side in turn_order(sides(name), rep, swap=True):
                     run_side(args, sizes, results, dirs, Path(tmp), name, side, rep)
                     write_report(args, save, sizes, results, started, final=False)  # a cut-short run still leaves its numbers
+        if SMOLLM2 in names:
+            results[SMOLLM2]["probe"] = probe_limit(results[SMOLLM2]["model"]["path"], results[SMOLLM2]["probe"])
     write_report(args, save, sizes, results, started, final=True)
 
 
@@ -544,7 +609,7 @@ def build_models(
         else:
             dirs[name] = tmp / f"model-{name}"
             info = build_model_dir(cfg, None if name == "natural" else int(name), dirs[name], think_rate=args.think_rate)
-        results[name] = {"model": info, "ours": [], "trl": []}
+        results[name] = {"model": info, **{side: [] for side in sides(name)}}
         print(f"model {name}: vocabulary {info['vocab']}, {info['params']:,} parameters", flush=True)
     return dirs, results
 
@@ -563,9 +628,9 @@ def run_side(
     t0 = time.perf_counter()
     run_file = tmp / f"{side}-{name}-{rep}"
     run = (
-        run_ours(dirs[name], sizes[name], run_file, name)
-        if side == "ours"
-        else run_trl(dirs[name], sizes[name], run_file.with_suffix(".json"))
+        run_trl(dirs[name], sizes[name], run_file.with_suffix(".json"))
+        if side == "trl"
+        else run_ours(dirs[name], sizes[name], run_file, name, compute_freq=5 if side == EVERY5 else 1)
     )
     results[name][side].append(run)
     print(
@@ -594,6 +659,9 @@ def entry_args(args: argparse.Namespace, name: str) -> argparse.Namespace:
             out.prompts, out.group, out.max_new_tokens = (int(v) for v in args.smollm2_size.lower().split("x"))
         except ValueError:
             raise SystemExit(f"--smollm2-size {args.smollm2_size!r}: expected P x G x new tokens, e.g. 4x8x64") from None
+        if args.smollm2_steps < 2:
+            raise SystemExit("--smollm2-steps must be >= 2 (the first iteration of each run is discarded)")
+        out.steps = args.smollm2_steps
     return out
 
 
@@ -624,10 +692,10 @@ def write_report(
             "wall_s": round(time.perf_counter() - started, 1),
         },
         "summary": summary,
-        "raw": {name: {"model": res["model"], "ours": res["ours"], "trl": res["trl"]} for name, res in results.items()},
+        "raw": {name: {"model": res["model"], **{side: res[side] for side in sides(name)}} for name, res in results.items()},
     }
-    save.json(report)
-    save.markdown(report_lines(args, report), echo=final)
+    save.json(report, args.save_as)
+    save.markdown(report_lines(args, report), args.save_as, echo=final)
 
 
 def model_summary(name: str, res: dict[str, Any], size: argparse.Namespace) -> dict[str, Any]:
@@ -656,7 +724,126 @@ def model_summary(name: str, res: dict[str, Any], size: argparse.Namespace) -> d
     }
     s["ratio_ours_over_trl"] = s["ours_s"]["step"] / s["trl_s"]["step"]
     s["goal_0_8_met"] = bool(s["ratio_ours_over_trl"] <= 0.8)
+    if name == SMOLLM2:
+        s["fair"] = fair_summary(res, size)
     return s
+
+
+# -- the smollm2 entry: equal work, both cadences, each phase against the matmul limit -------------------------
+PROBE_ROWS = 1024  # positions of the probe's matmuls (a micro-batch of the update holds ~1,400)
+# each side's phases and the work they must do at least, in forwards over the iteration's tokens
+OURS_PHASES = {"rollout": 1.0, "scoring": 1.0, "update": 2.0, "proxy": None}
+TRL_PHASES = {"rollout": 1.0, "rewards_and_advantages": 1.0, "update": 2.0}
+
+
+def probe_limit(model_dir: str, before: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``torch.matmul``'s GFLOP/s at the model's shapes in each dtype (``bench_dtype.probe_rates``), the
+    best of this probe and ``before``'s, and the model's sizes."""
+    from benchmarks.bench_dtype import probe_rates, probe_shapes
+
+    _, sizes = linear_params(Path(model_dir))
+    rates = probe_rates(probe_shapes(sizes, PROBE_ROWS, PROBE_ROWS))
+    if before:
+        rates = {k: max(v, before["rates"].get(k, 0.0)) for k, v in rates.items()}
+    return {"rates": rates, "sizes": sizes, "rows": PROBE_ROWS}
+
+
+def forward_probe_s(probe: dict[str, Any], dtype: str, body_positions: float, head_positions: float) -> float:
+    """What one forward's matmuls take at the probe's rates: every position through the decoder layers,
+    ``head_positions`` (the completion tokens) through the LM head. LoRA's products and attention's score
+    products are left out (a few percent)."""
+    from benchmarks.bench_dtype import probe_seconds, probe_shapes
+
+    shapes = probe_shapes(probe["sizes"], 1, 1)  # per position: probe_seconds sums 2 * rows * k * n
+    one = probe_seconds(shapes, probe["sizes"]["layers"], [1], [1], probe["rates"], dtype)
+    return body_positions * one["layers"] + head_positions * one["head"]
+
+
+def mean_phases(runs: list[dict[str, Any]], phases: Any) -> dict[str, float]:
+    """Each phase's mean over every run's iterations but its first: a mean, not a median, so the every-5
+    proxy's one step in five is paid as a user pays it."""
+    return {p: statistics.fmean(kept(runs, p)) if kept(runs, p) else float("nan") for p in phases}
+
+
+def fair_summary(res: dict[str, Any], size: argparse.Namespace) -> dict[str, Any]:
+    """The smollm2 entry: mean iteration of each side, the ratios, the tokens each side generated and trained,
+    and each phase's tokens/s and fraction of the matmul limit (the probe's time for the phase's least work:
+    the prompt once per group and every completion token, one forward for generation and for the reference
+    pass, a forward and a backward to the inputs for the update)."""
+    runs = {side: res[side] for side in sides(SMOLLM2)}
+    means = {
+        "ours": mean_phases(runs["ours"], ("step", *OURS_PHASES)),
+        EVERY5: mean_phases(runs[EVERY5], ("step", *OURS_PHASES)),
+        "trl": mean_phases(runs["trl"], ("step", *TRL_PHASES)),
+    }
+    lengths = {side: kept(r, "completion_length") for side, r in runs.items()}
+    completion = {side: statistics.fmean(v) if v else float("nan") for side, v in lengths.items()}
+    prompt = median(kept(runs["trl"], "prompt_length"))  # the same prompts, token for token, on both sides
+    P, G = size.prompts, size.group
+    out: dict[str, Any] = {
+        "tokens": size.smollm2_tokens,
+        "dtype": size.smollm2_dtype,
+        "steps_per_run": size.steps,
+        "runs": {side: len(r) for side, r in runs.items()},
+        "mean_s": means,
+        "ratio_every_step_over_trl": means["ours"]["step"] / means["trl"]["step"],
+        "ratio_every5_over_trl": means[EVERY5]["step"] / means["trl"]["step"],
+        "completion_length": completion,
+        "prompt_length": prompt,
+        "equal_tokens": bool(all(v and set(v) == {float(size.max_new_tokens)} for v in lengths.values())),
+    }
+    out["goal_0_5_met"] = bool(out["ratio_every5_over_trl"] <= 0.5)
+    probe = res.get("probe")
+    phases: dict[str, dict[str, dict[str, float | None]]] = {}
+    for side, table in (("ours", OURS_PHASES), (EVERY5, OURS_PHASES), ("trl", TRL_PHASES)):
+        tokens = P * G * completion[side]
+        limit = forward_probe_s(probe, size.smollm2_dtype, P * prompt + tokens, tokens) if probe else float("nan")
+        phases[side] = {}
+        for phase, forwards in table.items():
+            seconds = means[side][phase]
+            phases[side][phase] = {
+                "s": seconds,
+                "tokens_per_s": tokens / seconds if seconds else None,
+                "probe_s": forwards * limit if forwards else None,
+                "fraction_of_limit": forwards * limit / seconds if forwards and seconds else None,
+            }
+    out["phases"] = phases
+    if probe:
+        out["probe_gflops"] = {k: round(v, 1) for k, v in probe["rates"].items()}
+    return out
+
+
+def fair_lines(s: dict[str, Any]) -> list[str]:
+    """trl.md's smollm2 section: ratio of each cadence, then every phase with tokens/s and its fraction of the limit."""
+    f = s["fair"]
+    names = {"ours": "ours, MI proxy every step", EVERY5: "ours, MI proxy every 5 (default)", "trl": "TRL"}
+    lines = [
+        "",
+        f"## smollm2: equal work ({f['tokens']}: completions {', '.join(f'{names[k]} {v:.1f}' for k, v in f['completion_length'].items())} "
+        f"tokens; equal: {f['equal_tokens']}), {f['dtype']} on both sides; means of iterations 2..{f['steps_per_run']}",
+        "",
+        f"- ours / TRL: **{f['ratio_every5_over_trl']:.2f}** with the MI proxy at its default cadence (goal <= 0.5: "
+        f"{'met' if f['goal_0_5_met'] else 'not met'}), {f['ratio_every_step_over_trl']:.2f} with it every step",
+        "",
+        "| side | phase | s | tokens/s | matmul probe s (least work) | fraction of the limit |",
+        "|---|---|---|---|---|---|",
+    ]
+    for side, phases in f["phases"].items():
+        lines.append(f"| {names[side]} | iteration | {f['mean_s'][side]['step']:.2f} | | | |")
+        for phase, v in phases.items():
+            tps = f"{v['tokens_per_s']:.0f}" if v["tokens_per_s"] else "-"
+            probe = f"{v['probe_s']:.2f}" if v["probe_s"] is not None else "-"
+            frac = f"{v['fraction_of_limit']:.0%}" if v["fraction_of_limit"] is not None else "-"
+            lines.append(f"| {names[side]} | {phase} | {v['s']:.2f} | {tps} | {probe} | {frac} |")
+    lines += [
+        "",
+        "Tokens/s: completion tokens of the iteration (P x G x length) over the phase's seconds. Least work: the prompt once "
+        "per group and every completion token through the decoder layers, completions through the LM head; one forward "
+        "for generation and for the reference pass, forward + backward to the inputs for the update (recomputation under "
+        "gradient checkpointing, LoRA and attention products not counted). Generation decodes a few rows a step, so it is "
+        "bound by memory, not by this limit. Probe (GFLOP/s): " + ", ".join(f"{k} {v}" for k, v in (f.get("probe_gflops") or {}).items()),
+    ]
+    return lines
 
 
 def report_lines(args: argparse.Namespace, report: dict[str, Any]) -> list[str]:
@@ -696,6 +883,9 @@ def report_lines(args: argparse.Namespace, report: dict[str, Any]) -> list[str]:
         "",
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + f". Wall time {report['settings']['wall_s']:.0f} s.",
     ]
+    for s in summary.values():
+        if "fair" in s:
+            lines += fair_lines(s)
     return lines
 
 
