@@ -98,6 +98,7 @@ def performance_goals(parts: dict[str, Any]) -> dict[str, Any]:
 
     trl = (parts.get("trl") or {}).get("summary", {})
     smollm2 = trl.get("smollm2", {}).get("ours_s", {})
+    fair = trl.get("smollm2", {}).get("fair", {})  # bench-trl's equal-work smollm2 entry (since 2026-12-07)
     # the proxy's cost at compute_freq=5 in a real training run of SmolLM2 (the TRL entry runs it every step)
     smollm2_proxy = smollm2["proxy"] / (5 * (smollm2["step"] - smollm2["proxy"])) if smollm2.get("proxy") else None
     limit = (parts.get("dtype") or {}).get("limit", {})
@@ -114,6 +115,11 @@ def performance_goals(parts: dict[str, Any]) -> dict[str, Any]:
         "5_smollm2_scaling_step_over_base": {name: row["step"] / base for name, row in scaling.items()} if base else None,
         "6_smollm2_experiment_iteration_over_pilot": goal("experiment", experiment.get("ratio"), 0.5),
         "6_smollm2_experiment_peak_gib": goal("experiment", (experiment.get("peak_gib") or {}).get("prereg"), 8.0),
+        # issue 64: equal tokens on both sides, the proxy at its default cadence, each side's best CPU dtype
+        "7_trl_smollm2_equal_work_ratio": goal("trl", fair.get("ratio_every5_over_trl") if fair.get("equal_tokens") else None, 0.5),
+        "7_smollm2_update_fraction_of_bf16_limit": goal(
+            "trl", ((fair.get("phases") or {}).get("ours_every5") or {}).get("update", {}).get("fraction_of_limit"), 0.6, below=False
+        ),
     }
 
 

@@ -62,7 +62,15 @@ def test_performance_goals_give_each_value_its_target_and_commit(bench_report):
         "commit": "abc1234",
         "summary": {
             "natural": {"ratio_ours_over_trl": 0.78},
-            "smollm2": {"ratio_ours_over_trl": 0.9, "ours_s": {"step": 60.0, "proxy": 10.0}},
+            "smollm2": {
+                "ratio_ours_over_trl": 0.9,
+                "ours_s": {"step": 60.0, "proxy": 10.0},
+                "fair": {
+                    "equal_tokens": True,
+                    "ratio_every5_over_trl": 0.62,
+                    "phases": {"ours_every5": {"update": {"fraction_of_limit": 0.64}}},
+                },
+            },
         },
     }
     dtype = {"commit": "def5678", "limit": {"float32": {"update_fraction": 0.3}, "bfloat16": {"update_fraction": 0.55}}}
@@ -87,6 +95,11 @@ def test_performance_goals_give_each_value_its_target_and_commit(bench_report):
     # the experiment's iteration against the pilot's (at most half), and its peak memory (at most 8 GiB)
     assert goals["6_smollm2_experiment_iteration_over_pilot"]["met"]
     assert not goals["6_smollm2_experiment_peak_gib"]["met"] and goals["6_smollm2_experiment_peak_gib"]["from"] == "make bench-experiment"
+    # issue 64: the equal-work SmolLM2 comparison, the proxy every 5; a ratio at unequal tokens is no reading
+    assert not goals["7_trl_smollm2_equal_work_ratio"]["met"] and goals["7_trl_smollm2_equal_work_ratio"]["value"] == 0.62
+    assert goals["7_smollm2_update_fraction_of_bf16_limit"]["met"]
+    trl["summary"]["smollm2"]["fair"]["equal_tokens"] = False
+    assert bench_report.performance_goals({"trl": trl})["7_trl_smollm2_equal_work_ratio"] is None
     table = "\n".join(bench_report.goal_lines(goals))  # latest.md's first table
     assert "| 1_trl_tiny_head_ratio | 0.780 | at most 0.8 | yes | `abc1234` | `make bench-trl` |" in table
     assert "| 4_smollm2_update_fraction_of_matmul_limit_fp32 | 0.300 | at least 0.5 | no |" in table
