@@ -244,3 +244,32 @@ def test_min_new_tokens_holds_back_every_stop_until_that_many_tokens(tiny_policy
     held = responses(roll(6))
     assert min(len(r) for r in held) >= 6 and not any(set(r[:6]) & stops for r in held)
     assert any(len(r) < 12 and r[-1] in stops for r in held)  # after them a stop ends a response again
+
+
+def test_the_decoder_frees_the_carried_caches_before_it_decodes(tiny_policy, monkeypatch):
+    # Issue 64 item 4: a row's cache handed over from its last turn is stacked into the batch's cache and the
+    # caller's list emptied, so the old copies do not live beside the batch cache (the same tokens as before).
+    import weakref
+
+    import torch
+
+    import agentcollapse.rollout.generate as gen
+    from agentcollapse.models.hf import pad_token_id
+
+    decoder, pad = tiny_policy.decoding_model(), pad_token_id(tiny_policy.tokenizer)
+    context = _roll(tiny_policy, 64).trajectories[0].turns[0].context_ids
+
+    def decode(prompt, prefixes=None):
+        gen_ = [torch.Generator().manual_seed(5)]
+        return gen.generate(decoder, [prompt], gen_, 1.0, 8, tiny_policy.stop_ids, pad, prefixes=prefixes, keep_cache=True)
+
+    first, caches = decode(context)
+    follow = context + first[0] + context[-3:]  # the next turn's context begins with this one's tokens
+    handed = [[(k[:, : len(context)], v[:, : len(context)]) for k, v in caches[0]]]
+    old = weakref.ref(handed[0][0][0])
+    freed_before_decoding = []
+    stacked = gen.growing_cache
+    monkeypatch.setattr(gen, "growing_cache", lambda *a, **kw: freed_before_decoding.append(old() is None) or stacked(*a, **kw))
+    reused, _ = decode(follow, handed)
+    assert handed == [] and freed_before_decoding == [True]
+    assert reused == decode(follow)[0]  # as encoding the whole context

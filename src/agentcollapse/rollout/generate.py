@@ -90,7 +90,10 @@ def generate(
 
     ``temperature`` is one for all rows or one per row (0 = greedy), so several evaluation
     temperatures decode in one batch. ``prefixes[i]``, where given, holds the keys/values of
-    ``prompts[i]``'s first tokens (fewer than all of them): only the rest is encoded."""
+    ``prompts[i]``'s first tokens (fewer than all of them): only the rest is encoded. A ``prefixes`` list
+    is emptied once its rows are stacked into the batch's cache: the caller hands its caches over, so the
+    last turn's caches are freed before decoding instead of living beside the batch's cache and the
+    caches this call hands back."""
     if not prompts:
         return [], []
     device = next(model.parameters()).device
@@ -99,15 +102,20 @@ def generate(
     # the prompt's last position only: its next token is all the prefill is for, and [rows, positions,
     # vocabulary] logits are gigabytes at a real vocabulary (an evaluation's 64 maps x 3 temperatures)
     keep_last = {"logits_to_keep": 1} if "logits_to_keep" in params else {}
-    prefixes = list(prefixes) if prefixes is not None else [None] * len(prompts)
-    done_before = [0 if p is None else int(p[0][0].shape[1]) for p in prefixes]
+    rows_given = list(prefixes) if prefixes is not None else [None] * len(prompts)
+    done_before = [0 if p is None else int(p[0][0].shape[1]) for p in rows_given]
     ids, attn = left_pad([list(p)[n:] for p, n in zip(prompts, done_before)], pad_id)
     ids, attn = ids.to(device), attn.to(device)
     positions = torch.as_tensor(done_before, device=device)[:, None] + (attn.cumsum(-1) - 1).clamp_min(0)
     config = getattr(base_model(model), "config", None)
     if any(done_before):
-        layers, past_mask = stack_row_caches(prefixes, left=True)  # every row's prefix ends where its new tokens start
+        layers, past_mask = stack_row_caches(rows_given, left=True)  # every row's prefix ends where its new tokens start
+        del rows_given
+        if isinstance(prefixes, list):
+            prefixes.clear()
+        # the cache holds the stacked layers until each layer's first append copies it into a buffer with room
         past = growing_cache(config, max_new_tokens, layers)
+        del layers
         attn = torch.cat([past_mask.to(device), attn], dim=1)
     else:
         past = growing_cache(config, room=max_new_tokens)
