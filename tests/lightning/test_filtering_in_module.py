@@ -338,7 +338,7 @@ def test_under_a_staleness_bound_the_filter_refills_each_update_from_arriving_ba
     third = [[1.0, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0], [1.0] * 4]
     drawn = []
 
-    def local_rollout(env_seeds, group_size, temperature, sample_seed, engine):
+    def local_rollout(env_seeds, group_size, temperature, sample_seed, engine, min_new_tokens=0):
         drawn.append((tuple(env_seeds), sample_seed))
         batch = _hand_batch(policy, RETURNS if len(drawn) < 3 else third)
         for t in batch.trajectories:
