@@ -98,6 +98,9 @@ def test_performance_goals_give_each_value_its_target_and_commit(bench_report):
     # issue 64: the equal-work SmolLM2 comparison, the proxy every 5; a ratio at unequal tokens is no reading
     assert not goals["7_trl_smollm2_equal_work_ratio"]["met"] and goals["7_trl_smollm2_equal_work_ratio"]["value"] == 0.62
     assert goals["7_smollm2_update_fraction_of_bf16_limit"]["met"]
+    own = {"commit": "9f8e7d6", "summary": {"smollm2": {"fair": {"equal_tokens": True, "ratio_every5_over_trl": 0.48}}}}
+    mine = bench_report.performance_goals({"trl": trl, "trl_smollm2": own})["7_trl_smollm2_equal_work_ratio"]
+    assert mine["met"] and mine["commit"] == "9f8e7d6" and mine["from"] == bench_report.PARTS["trl_smollm2"]  # its own run first
     trl["summary"]["smollm2"]["fair"]["equal_tokens"] = False
     assert bench_report.performance_goals({"trl": trl})["7_trl_smollm2_equal_work_ratio"] is None
     table = "\n".join(bench_report.goal_lines(goals))  # latest.md's first table
