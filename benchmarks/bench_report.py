@@ -32,7 +32,7 @@ PARTS = {
     "proxy": "make bench-proxy",
     "proxy_smollm2": "make bench-proxy-smollm2",
     "trl": "make bench-trl",
-    "trl_smollm2": "make bench-trl ARGS='--models smollm2 --repeats 1 --save-as trl_smollm2'",
+    "trl_smollm2": "make bench-trl ARGS='--models smollm2 --repeats 2 --save-as trl_smollm2'",
     "scaling": "make bench-scaling",
     "scaling_smollm2": "make bench-scaling ARGS='--model smollm2'",
     "warm_start": "make bench-warm-start",

@@ -762,7 +762,8 @@ def forward_probe_s(probe: dict[str, Any], dtype: str, body_positions: float, he
 def mean_phases(runs: list[dict[str, Any]], phases: Any) -> dict[str, float]:
     """Each phase's mean over every run's iterations but its first: a mean, not a median, so the every-5
     proxy's one step in five is paid as a user pays it."""
-    return {p: statistics.fmean(kept(runs, p)) if kept(runs, p) else float("nan") for p in phases}
+    values = {p: kept(runs, p) for p in phases}
+    return {p: statistics.fmean(v) if v else float("nan") for p, v in values.items()}
 
 
 def fair_summary(res: dict[str, Any], size: argparse.Namespace) -> dict[str, Any]:
