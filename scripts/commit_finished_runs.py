@@ -40,8 +40,10 @@ def uncommitted_runs(sweep_dir: Path, out_dir: Path) -> list[tuple[Path, str]]:
             missing = [name for name in RUN_FILES if not (run_dir / name).is_file()]
             if missing:
                 raise FileNotFoundError(f"trial {row['trial']} finished without {', '.join(missing)} in {run_dir}")
-            seed = yaml.safe_load((run_dir / "config.yaml").read_text())["seed"]
-            name = f"{row['filter']}-seed{seed}"
+            # The run's own config names its arm: a sweep that fixes the filter (``ARGS="filter=..."``) has no
+            # filter column in trials.csv, only one that searches over it does.
+            config = yaml.safe_load((run_dir / "config.yaml").read_text())
+            name = f"{config['filter']['name']}-seed{config['seed']}"
             if not all((out_dir / f"{name}-{file}").is_file() for file in RUN_FILES):
                 runs.append((run_dir, name))
     return runs

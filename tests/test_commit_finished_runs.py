@@ -11,14 +11,15 @@ def _sweep(tmp_path, trials):
     sweep = tmp_path / "sweep"
     sweep.mkdir()
     with (sweep / "trials.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["trial", "status", "value", "filter", "run_dir"])
+        # trials.csv's columns when the sweep fixes the filter (ARGS="filter=..."): no filter column.
+        writer = csv.DictWriter(f, fieldnames=["trial", "status", "value", "run_dir"])
         writer.writeheader()
         for trial, (status, filt, seed, files) in enumerate(trials):
             run = sweep / str(trial)
             run.mkdir()
             for name in files:
-                (run / name).write_text(f"seed: {seed}\n" if name == "config.yaml" else "x\n")
-            writer.writerow({"trial": trial, "status": status, "value": "", "filter": filt, "run_dir": str(run)})
+                (run / name).write_text(f"seed: {seed}\nfilter:\n  name: {filt}\n" if name == "config.yaml" else "x\n")
+            writer.writerow({"trial": trial, "status": status, "value": "", "run_dir": str(run)})
     return sweep
 
 
