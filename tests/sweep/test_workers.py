@@ -32,6 +32,8 @@ def test_an_explicit_thread_count_wins(tmp_path, monkeypatch):
     seen = {}
 
     class FakeProc:
+        pid = -1  # no such process: the launcher's nice hand-over finds no /proc entry and skips
+
         def __init__(self, cmd, env, **kwargs):
             seen.update(cmd=cmd, env=env)
 
@@ -59,6 +61,8 @@ def test_each_worker_gets_its_own_gpu_and_vllm_runs_sharing_one_are_named(tmp_pa
     envs = []
 
     class FakeProc:
+        pid = -1  # no such process: the launcher's nice hand-over finds no /proc entry and skips
+
         def __init__(self, cmd, env, **kwargs):
             envs.append(env)
             self.stdout = io.StringIO("")
@@ -81,3 +85,30 @@ def test_each_worker_gets_its_own_gpu_and_vllm_runs_sharing_one_are_named(tmp_pa
     assert workers.gpu_sharing_warning("paper_scale_filter_vs_none", [], jobs=1, gpus=["0"], config_dir=sweeps) is None
     assert workers.gpu_sharing_warning("paper_scale_filter_vs_none", [], jobs=2, gpus=["0", "1"], config_dir=sweeps) is None
     assert workers.gpu_sharing_warning("grid", [], jobs=2, gpus=["0"], config_dir=sweeps) is None  # the hf engine reserves nothing
+
+
+@pytest.mark.skipif(not Path("/proc/self/autogroup").exists(), reason="no autogroup scheduling on this kernel")
+def test_a_worker_in_its_own_session_keeps_the_sweeps_nice_against_other_sessions():
+    """`nice -n 19 make sweep` must lower the trials against a terminal's work: a worker's new session gets
+    a scheduler group of its own, which starts at nice 0 unless the launcher passes its nice on."""
+    import subprocess
+    import sys
+
+    launcher = (
+        "import os, subprocess, sys\n"
+        "from agentcollapse.sweep.workers import keep_nice_in_new_session\n"
+        "os.nice(7)\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'], start_new_session=True)\n"
+        "try:\n"
+        "    before = open(f'/proc/{child.pid}/autogroup').read().split()[-1]\n"
+        "    keep_nice_in_new_session(child.pid)\n"
+        "    after = open(f'/proc/{child.pid}/autogroup').read().split()[-1]\n"
+        "    print(before, after, open('/proc/self/autogroup').read().split()[-1])\n"
+        "finally:\n"
+        "    child.kill()\n"
+    )
+    our_group_nice = Path("/proc/self/autogroup").read_text().split()[-1]
+    out = subprocess.run([sys.executable, "-c", launcher], capture_output=True, text=True, check=True).stdout.split()
+    before, after, ours = out
+    assert (before, after) == ("0", "7")  # the new session's group, raised to the launcher's nice
+    assert ours == our_group_nice  # the launcher's own group (the test's session) is left alone
