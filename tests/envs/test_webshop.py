@@ -251,6 +251,34 @@ def test_generated_catalogue_is_deterministic_and_goals_are_satisfiable():
         assert goal.query in goal.instruction and f"{goal.price_upper:.2f} dollars" in goal.instruction
 
 
+def test_fewer_goal_constraints_is_a_knob_and_unset_keeps_the_original_goals_and_caches():
+    catalogue = generate_catalogue(300, seed=3)
+    easy = [generated_goal(catalogue, seed, max_attributes=1, max_options=0) for seed in range(50)]
+    assert all(len(g.attributes) == 1 and not g.options and " with " not in g.instruction for g in easy)
+    some = [generated_goal(catalogue, seed, max_attributes=2, max_options=1) for seed in range(50)]
+    assert {len(g.attributes) for g in some} == {1, 2} and {len(g.options) for g in some} == {1}
+    # the original's draws: 1-3 attributes, 1-2 options; the same product whatever the knobs (drawn first)
+    original = [generated_goal(catalogue, seed) for seed in range(50)]
+    assert {len(g.attributes) for g in original} == {1, 2, 3} and {len(g.options) for g in original} == {1, 2}
+    assert [g.asin for g in original] == [g.asin for g in some]
+    env = envs.from_config(
+        EnvConfig(name="webshop", kwargs={"num_products": 300, "catalogue_seed": 3, "max_goal_attributes": 1, "max_goal_options": 0})
+    )
+    env.reset(7)
+    assert env.goal == generated_goal(catalogue, 7, 1, 0)
+    # unset knobs stay out of what a warm start's cache key holds, so caches built before them stay valid
+    assert "max_goal_options" not in envs.episode_kwargs(EnvConfig(name="webshop", kwargs={"num_products": 300, "max_goal_options": None}))
+    with pytest.raises(UserError, match="max_goal_attributes=0 must be an integer >= 1"):
+        WebShopEnv(num_products=10, max_goal_attributes=0)
+    with pytest.raises(UserError, match="max_goal_options=-1 must be an integer >= 0"):
+        WebShopEnv(num_products=10, max_goal_options=-1)
+
+
+def test_the_planner_solves_easier_generated_instructions():
+    success, _ = play_planner(envs.make("webshop", max_goal_attributes=1, max_goal_options=0), range(60))
+    assert success >= 0.93
+
+
 def play_planner(env: WebShopEnv, seeds, suboptimal_prob=0.0, spaced=False):
     """The planner's episodes; ``spaced``: its text as the tiny policy's word-level tokenizer decodes it
     (``click [ B3 - 417 ]``, ``$ 39 . 99``)."""

@@ -82,6 +82,13 @@ class WebShopKwargs:
     max_results: int = opt(50, help="search hits kept and paged through (the original's SEARCH_RETURN_N)")
     max_turns: int = opt(8, help="turn budget: an episode that has not bought by then ends with reward 0 (the planner needs 4-7)")
     max_actions_per_turn: int = opt(1, help="actions executed per turn (joined by ||); WebShop is one action a step")
+    max_goal_attributes: int | None = opt(
+        None, help="a generated instruction asks for 1 to this many of its product's attributes (unset: the original's 3)"
+    )
+    max_goal_options: int | None = opt(
+        None,
+        help="a generated instruction asks to choose a value of 1 to this many of its option dimensions, 0 for none (unset: the original's 2)",
+    )
 
 
 @dataclass

@@ -8,7 +8,8 @@ e.g. ``B3-417``, so a word-level tokenizer keeps it in a few known tokens), a ti
 its 2-3 attributes + noun), a category path, bullet points and a one-line description, half or more of the
 values of each of its category's option dimensions, and a price. ``generated_goal(catalogue, seed)`` draws a
 product and writes an instruction for it as the original's synthetic goals do: 1-3 of its attributes,
-one value of each of 1-2 of its option dimensions, and a price cap above its price (two of the first
+one value of each of 1-2 of its option dimensions (fewer of each with ``env.kwargs.max_goal_attributes`` and
+``max_goal_options``, a difficulty knob), and a price cap above its price (two of the first
 four multiples of 10 above the price, the larger kept), e.g. ``i need cotton and slim fit shirt , with
 size : large , and price lower than 40.00 dollars``. The same seed gives the same
 catalogue and instruction on every machine.
@@ -224,13 +225,21 @@ def _price_text(cap: float) -> str:
     return f", and price lower than {cap:.2f} dollars" if cap < 1_000_000 else ""
 
 
-def generated_goal(products: Sequence[ShopProduct], seed: int) -> ShopGoal:
-    """An instruction for a product drawn by ``seed`` (see the module doc)."""
+MAX_GOAL_ATTRIBUTES, MAX_GOAL_OPTIONS = 3, 2  # the original's synthetic goals: 1-3 attributes, 1-2 options
+
+
+def generated_goal(
+    products: Sequence[ShopProduct], seed: int, max_attributes: int = MAX_GOAL_ATTRIBUTES, max_options: int = MAX_GOAL_OPTIONS
+) -> ShopGoal:
+    """An instruction for a product drawn by ``seed`` (see the module doc), asking for 1 to ``max_attributes``
+    of its attributes and 1 to ``max_options`` of its option dimensions (0: none). At the defaults the draws
+    are the original's, so the same seed gives the same instruction as before the knobs existed."""
     rng = random.Random(f"webshop-goal-{seed}")
     product = products[rng.randrange(len(products))]
-    attributes = tuple(rng.sample(product.attributes, rng.randint(1, min(3, len(product.attributes)))))
+    attributes = tuple(rng.sample(product.attributes, rng.randint(1, min(max_attributes, len(product.attributes)))))
     names = sorted(product.options)
-    chosen = sorted(rng.sample(names, rng.randint(1, min(2, len(names))))) if names else []
+    n_options = min(max_options, len(names))
+    chosen = sorted(rng.sample(names, rng.randint(1, n_options))) if n_options > 0 else []
     goal_options = {name: rng.choice(product.options[name]) for name in chosen}
     cap = price_cap(product.price, rng)
     text = f"i need {' and '.join(attributes)} {product.query}"
@@ -419,11 +428,12 @@ def load_catalogue(num_products: int, seed: int, data_path: str | None) -> Catal
     return Catalogue(generate_catalogue(num_products, seed))
 
 
-def goal_for(catalogue: Catalogue, seed: int) -> ShopGoal:
-    """The instruction of an episode: drawn from the generated catalogue, or (real data) the
+def goal_for(catalogue: Catalogue, seed: int, max_attributes: int = MAX_GOAL_ATTRIBUTES, max_options: int = MAX_GOAL_OPTIONS) -> ShopGoal:
+    """The instruction of an episode: drawn from the generated catalogue (at most ``max_attributes``
+    attributes and ``max_options`` options), or (real data, whose instructions are as written) the
     ``seed % len``-th human instruction of the held-out ones (an evaluation seed) or of the others
     (``envs.splits``: the tenth whose instructions hash lowest is held out)."""
     if catalogue.goals:
         pool = catalogue.heldout_goals if is_held_out_seed(seed) else catalogue.train_goals
         return pool[seed % len(pool)]
-    return generated_goal(catalogue.products, seed)
+    return generated_goal(catalogue.products, seed, max_attributes, max_options)
