@@ -251,7 +251,7 @@ def test_generated_catalogue_is_deterministic_and_goals_are_satisfiable():
         assert goal.query in goal.instruction and f"{goal.price_upper:.2f} dollars" in goal.instruction
 
 
-def test_fewer_goal_constraints_is_a_knob_and_unset_keeps_the_original_goals_and_caches():
+def test_fewer_goal_constraints_is_a_knob_and_unset_keeps_the_original_goals_and_caches(tmp_path):
     catalogue = generate_catalogue(300, seed=3)
     easy = [generated_goal(catalogue, seed, max_attributes=1, max_options=0) for seed in range(50)]
     assert all(len(g.attributes) == 1 and not g.options and " with " not in g.instruction for g in easy)
@@ -272,6 +272,8 @@ def test_fewer_goal_constraints_is_a_knob_and_unset_keeps_the_original_goals_and
         WebShopEnv(num_products=10, max_goal_attributes=0)
     with pytest.raises(UserError, match="max_goal_options=-1 must be an integer >= 0"):
         WebShopEnv(num_products=10, max_goal_options=-1)
+    with pytest.raises(UserError, match="real data .* brings its own: unset them"):
+        WebShopEnv(data_path=str(write_data(tmp_path / "data")), max_goal_options=0)
 
 
 def test_the_planner_solves_easier_generated_instructions():

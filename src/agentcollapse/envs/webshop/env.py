@@ -107,6 +107,11 @@ class WebShopEnv(TextEnv):
         for key, value, least in (("max_goal_attributes", self.max_goal_attributes, 1), ("max_goal_options", self.max_goal_options, 0)):
             if not isinstance(value, int) or value < least:
                 raise UserError(f"env.kwargs.{key}={value!r} must be an integer >= {least}, or unset for the original's goals")
+        if data_path is not None and (max_goal_attributes is not None or max_goal_options is not None):
+            raise UserError(
+                "env.kwargs.max_goal_attributes / max_goal_options shape generated instructions; real data (env.data_path) "
+                "brings its own: unset them"
+            )
         for key, value, least in (("results_per_page", results_per_page, 1), ("max_results", max_results, 1), ("max_turns", max_turns, 1)):
             if not isinstance(value, int) or value < least:
                 raise UserError(f"env.kwargs.{key}={value!r} must be an integer >= {least}")
