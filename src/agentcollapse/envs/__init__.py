@@ -124,12 +124,11 @@ def env_class(cfg: EnvConfig) -> type[TextEnv] | None:
 
 
 def episode_kwargs(cfg: EnvConfig) -> dict[str, Any]:
-    """``env.kwargs`` less the env's ``runtime_kwargs`` and unset (None) keywords: what shapes its episodes,
-    so what a cache key of something built from them (a warm start) holds. Unset ones are left out so that
-    adding an optional knob keeps the caches built before it."""
+    """``env.kwargs`` less the env's ``runtime_kwargs``: what shapes its episodes, so what a cache key of
+    something built from them (a warm start) holds."""
     cls = env_class(cfg)
     runtime = cls.runtime_kwargs if cls is not None else frozenset()
-    return {k: v for k, v in dict(cfg.kwargs).items() if k not in runtime and v is not None}
+    return {k: v for k, v in dict(cfg.kwargs).items() if k not in runtime}
 
 
 def episode_identity(cfg: EnvConfig) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 from agentcollapse.config.env_kwargs import WebShopKwargs
 from agentcollapse.envs import register
 from agentcollapse.envs.base import TextEnv
-from agentcollapse.envs.webshop.data import MAX_GOAL_ATTRIBUTES, MAX_GOAL_OPTIONS, Catalogue, goal_for, load_catalogue
+from agentcollapse.envs.webshop.data import Catalogue, goal_for, load_catalogue
 from agentcollapse.envs.webshop.reward import RewardParts, ShopGoal, ShopProduct, is_success, reward_parts
 from agentcollapse.errors import UserError
 
@@ -97,26 +97,23 @@ class WebShopEnv(TextEnv):
         max_results: int = _D.max_results,
         max_turns: int = _D.max_turns,
         max_actions_per_turn: int = _D.max_actions_per_turn,
-        max_goal_attributes: int | None = _D.max_goal_attributes,
-        max_goal_options: int | None = _D.max_goal_options,
+        max_goal_attributes: int = _D.max_goal_attributes,
+        max_goal_options: int = _D.max_goal_options,
         data_path: str | None = None,
     ) -> None:
         super().__init__()
-        self.max_goal_attributes = MAX_GOAL_ATTRIBUTES if max_goal_attributes is None else max_goal_attributes
-        self.max_goal_options = MAX_GOAL_OPTIONS if max_goal_options is None else max_goal_options
-        for key, value, least in (("max_goal_attributes", self.max_goal_attributes, 1), ("max_goal_options", self.max_goal_options, 0)):
-            if not isinstance(value, int) or value < least:
-                raise UserError(f"env.kwargs.{key}={value!r} must be an integer >= {least}, or unset for the original's goals")
-        if data_path is not None and (max_goal_attributes is not None or max_goal_options is not None):
-            raise UserError(
-                "env.kwargs.max_goal_attributes / max_goal_options shape generated instructions; real data (env.data_path) "
-                "brings its own: unset them"
-            )
-        for key, value, least in (("results_per_page", results_per_page, 1), ("max_results", max_results, 1), ("max_turns", max_turns, 1)):
+        for key, value, least in (
+            ("results_per_page", results_per_page, 1),
+            ("max_results", max_results, 1),
+            ("max_turns", max_turns, 1),
+            ("max_goal_attributes", max_goal_attributes, 1),
+            ("max_goal_options", max_goal_options, 0),
+        ):
             if not isinstance(value, int) or value < least:
                 raise UserError(f"env.kwargs.{key}={value!r} must be an integer >= {least}")
         if max_actions_per_turn < 1:
             raise UserError(f"env.kwargs.max_actions_per_turn={max_actions_per_turn} must be >= 1")
+        self.max_goal_attributes, self.max_goal_options = max_goal_attributes, max_goal_options
         self.catalogue: Catalogue = load_catalogue(int(num_products), int(catalogue_seed), None if data_path is None else str(data_path))
         self.results_per_page, self.max_results = results_per_page, max_results
         self.max_turns, self.max_actions_per_turn = max_turns, max_actions_per_turn
