@@ -47,7 +47,9 @@ def keep_nice_in_new_session(pid: int) -> None:
     distributions) the CPU is shared between sessions first and by nice only inside one, and a new
     session's group starts at nice 0: without this, ``nice -n 19 make sweep`` would leave its trials an
     equal share against a terminal's work (measured: a one-thread busy loop took half of a 2-core trial's
-    CPU). Where the file is missing (no autogroup, not Linux) nice already holds and nothing is done.
+    CPU). Where the file is missing (no autogroup, not Linux) nice already holds and nothing is done; where
+    the task is in no autogroup (the file reads empty: autogroup off, or a container's cgroup), the write is
+    harmless and nice holds too.
     """
     nice = os.getpriority(os.PRIO_PROCESS, 0)
     if nice <= 0:
