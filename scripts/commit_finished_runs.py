@@ -85,7 +85,8 @@ def main() -> None:
         for run_dir, name in uncommitted_runs(args.sweep_dir, args.out_dir):
             files = copy_run(run_dir, args.out_dir, name)
             stage = f", {args.label}" if args.label else ""
-            commit(files, f"{plan}{stage}: the run {name} committed as it finished ({run_dir})")
+            when = "found finished by a later check" if args.once else "committed as it finished"
+            commit(files, f"{plan}{stage}: the run {name} {when} ({run_dir})")
             print(time.strftime("%Y-%m-%d %H:%M:%S"), "committed", name, flush=True)
         if args.once or not running:
             return
