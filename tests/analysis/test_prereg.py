@@ -221,3 +221,29 @@ def test_the_reader_names_the_pair_whose_arms_did_not_share_their_first_batch():
     assert first_batch_differs(runs) == [4]
     assert first_batch_line(runs).startswith("first batch: the arms of seed(s) [4] logged different step-1 rollouts")
     assert first_batch_differs([r for r in runs if r["seed"] != 4]) == []
+
+
+def test_the_reader_says_when_a_pair_s_arms_started_from_different_warm_start_builds(tmp_path):
+    """A fresh machine rebuilds the warm start, not bit for bit the same across machines: a pair that straddles
+    one has arms from two builds, which differ at step 1 for that reason; the reader says so beside the pair."""
+    import json
+    import shutil
+    from pathlib import Path
+
+    from agentcollapse.analysis.prereg import first_batch_line, read_run, warm_start_differs
+
+    committed = Path(__file__).parents[2] / "docs" / "results" / "smollm2-ppo-sokoban"
+    runs = [read_run(str(committed / f"{arm}-seed0-metrics.csv")) for arm in ("none", "rv_top_p")]
+    assert runs[0]["warm_start_sha256"] and runs[0]["warm_start_sha256"] == runs[1]["warm_start_sha256"]
+    assert warm_start_differs(runs) == []
+    for f in ("metrics.csv", "config.yaml", "summary.json"):
+        shutil.copy(committed / f"rv_top_p-seed0-{f}", tmp_path / f"rv_top_p-seed0-{f}")
+    summary = json.loads((tmp_path / "rv_top_p-seed0-summary.json").read_text())
+    (tmp_path / "rv_top_p-seed0-summary.json").write_text(json.dumps({**summary, "policy_weights_sha256": "0" * 64}))
+    rebuilt = [runs[0], read_run(str(tmp_path / "rv_top_p-seed0-metrics.csv"))]
+    assert warm_start_differs(rebuilt) == [0]
+    rebuilt[1]["step1:rollout/success_rate"] = float(rebuilt[1]["step1:rollout/success_rate"]) + 0.0625  # as two builds would
+    assert first_batch_line(rebuilt).endswith("; seed(s) [0]: the arms started from different warm-start builds")
+    # runs committed before summaries named their build are not compared (section 10's)
+    old = [read_run(str(committed.parent / "smollm2-prereg" / f"{arm}-seed3-metrics.csv")) for arm in ("none", "rv_top_p")]
+    assert [r["warm_start_sha256"] for r in old] == ["", ""] and warm_start_differs(old) == []

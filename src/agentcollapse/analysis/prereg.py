@@ -31,6 +31,7 @@ Each rule is a plain function on one run's logged series, so the reading cannot 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -341,11 +342,24 @@ def first_batch_differs(runs: Sequence[dict[str, float | str]]) -> list[int]:
     return sorted(differs)
 
 
+def warm_start_differs(runs: Sequence[dict[str, float | str]]) -> list[int]:
+    """The seeds whose two arms started from different warm-start builds (``policy_weights_sha256`` in their
+    summaries): a fresh machine rebuilds the warm start, and a build is not bit for bit the same across machines.
+    Runs whose summary names no build (older ones) are not compared."""
+    builds: dict[int, set[str]] = {}
+    for r in runs:
+        if r.get("warm_start_sha256"):
+            builds.setdefault(int(r["seed"]), set()).add(str(r["warm_start_sha256"]))
+    return sorted(seed for seed, shas in builds.items() if len(shas) > 1)
+
+
 def first_batch_line(runs: Sequence[dict[str, float | str]]) -> str:
     differs = first_batch_differs(runs)
     if not differs:
         return "first batch: both arms of every seed logged the same step-1 rollout"
-    return f"first batch: the arms of seed(s) {differs} logged different step-1 rollouts (no shared first batch; kept, named)"
+    line = f"first batch: the arms of seed(s) {differs} logged different step-1 rollouts (no shared first batch; kept, named)"
+    rebuilt = warm_start_differs(runs)
+    return line + (f"; seed(s) {rebuilt}: the arms started from different warm-start builds" if rebuilt else "")
 
 
 def step_time_ratio(runs: Sequence[dict[str, float | str]], seeds: set[int] | None = None) -> str:
@@ -418,7 +432,14 @@ def read_run(path: str, length: int | None = None, plan: Plan = SECTION_10) -> d
         "median_step_time_s": float(times.median()) if len(times) else math.nan,
         # the first batch: the same in both arms of a seed when they share it (no outcome: before any update)
         **{f"step1:{key}": _first_value(d, key) for key in FIRST_BATCH_KEYS},
+        "warm_start_sha256": _summary(path).get("policy_weights_sha256", ""),
     }
+
+
+def _summary(metrics_path: str) -> dict:
+    """The run's committed ``summary.json`` beside its metrics ({} without one)."""
+    path = Path(metrics_path.removesuffix("-metrics.csv") + "-summary.json")
+    return json.loads(path.read_text()) if path.is_file() else {}
 
 
 def _first_value(d: pd.DataFrame, key: str) -> float:
