@@ -157,8 +157,8 @@ bench-experiment: $(STAMP) ## a SmolLM2 experiment's iteration, evaluation inclu
 mi-check: $(STAMP) ## Std(RV)/Mean(RV) from one rollout batch, with a one-line reading
 	@$(call run,$(BIN)/agentcollapse mi-check env=$(ENV) $(ARGS))
 
-doctor: $(STAMP) ## check versions, cache dirs, tiny model build, wandb mode, disk
-	$(BIN)/agentcollapse doctor
+doctor: $(STAMP) ## check versions, cache dirs, tiny model build, wandb mode, disk, the CPU's bf16 (ARGS: a run's overrides)
+	$(BIN)/agentcollapse doctor $(ARGS)
 
 gpu-check: $(STAMP) ## on CUDA: 3 iterations of model=smollm2-135m on 1 GPU (hf and vLLM engines), then DDP and FSDP on all (hf, and a vLLM engine per rank) (ARGS=--qwen-path=DIR adds Qwen2.5-3B); step time, tokens/s, peak memory per phase (CPU: a no-op)
 	@$(call run,$(BIN)/python -m scripts.gpu_check $(ARGS))

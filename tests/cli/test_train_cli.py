@@ -21,7 +21,7 @@ import pytest
 
 from agentcollapse.config.compose import compose
 from agentcollapse.models.policy import resolve_model_dir
-from agentcollapse.run import allocator
+from agentcollapse.run import allocator, cpu
 from tests.conftest import TINY_OVERRIDES
 
 # Four iterations, a checkpoint after each, validation at 0, 2 and 4, the MI proxy at 1, 2 and 4 (so a
@@ -126,6 +126,7 @@ def reference(tmp_path_factory, cache_dir) -> pd.DataFrame:
     assert s["policy_weights_sha256"] == built
     # the command started again under tcmalloc where the machine has it (.ci/run installs it)
     assert s["allocator"] == ("tcmalloc" if allocator.tcmalloc_library() else "system")
+    assert s["cpu"] == cpu.cpu_summary(cpu.cpu_flags()) and s["cpu"] != "unknown"  # and the CPU whose kernels it ran
     assert (run_dir / ".hydra").is_dir()  # Hydra's own files go into the run dir ...
     assert not (run_dir.parent / "runs").exists()  # ... not into a stray runs/<env>/<algo>/<time> dir
     df = metrics(run_dir)

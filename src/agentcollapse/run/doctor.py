@@ -9,7 +9,7 @@ from pathlib import Path
 
 from agentcollapse.errors import UserError
 from agentcollapse.models.cache import checked_cache_dir
-from agentcollapse.run import allocator
+from agentcollapse.run import allocator, cpu
 
 REQUIRED = ("torch", "lightning", "transformers", "peft", "hydra-core", "optuna", "wandb", "pandas", "gymnasium")
 
@@ -106,5 +106,8 @@ def doctor(overrides: list[str] | None = None) -> int:
             f"accelerator: {'cuda x' + str(torch.cuda.device_count()) if torch.cuda.is_available() else 'cpu only'}; torch threads {torch.get_num_threads()}",
         )
     )
+    flags = cpu.cpu_flags()
+    warning = cpu.slow_bf16_warning(cfg, flags)
+    results.append(_check(warning is None, f"cpu: {cpu.cpu_summary(flags)}", warning or ""))
     print("all good" if all(results) else "some checks need attention (see FIX lines)")
     return 0 if all(results) else 1

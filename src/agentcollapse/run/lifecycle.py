@@ -29,7 +29,7 @@ from agentcollapse.errors import UserError
 from agentcollapse.models.cache import checked_cache_dir
 from agentcollapse.models.policy import built_weights_sha256, check_causal_lm_dir
 from agentcollapse.records import RunRecorder, read_summary
-from agentcollapse.run import allocator
+from agentcollapse.run import allocator, cpu
 from agentcollapse.run import trainer as run_trainer
 from agentcollapse.run.checks import load_run_config
 from agentcollapse.run.directory import checkpoint_iteration, last_checkpoint, prepare_run_dir
@@ -88,6 +88,8 @@ def train(cfg_in: DictConfig | RunConfig) -> dict[str, Any]:
     cfg = load_run_config(cfg_in)
     if launched_rank() == 0:
         run_dir, ckpt = preflight(cfg)  # type: ignore[misc]
+        if warning := cpu.slow_bf16_warning(cfg):  # a warning, not an error: bf16 may be the setting under test
+            log.warning(warning)
     else:  # a DDP rank Lightning relaunched: rank 0 owns the run directory and its record
         run_dir = Path(cfg.run_dir).expanduser()
         ckpt = last_checkpoint(run_dir) if cfg.resume else None
@@ -123,6 +125,7 @@ def train(cfg_in: DictConfig | RunConfig) -> dict[str, Any]:
             if sha is not None:
                 recorder.facts["policy_weights_sha256"] = sha
             recorder.facts["allocator"] = allocator.in_use()  # the timings' context (run.allocator)
+            recorder.facts["cpu"] = cpu.cpu_summary(cpu.cpu_flags())  # and the kernels' (a rebuilt warm start differs across CPUs)
             trainer.fit(module, train_dataloaders=run_trainer.iterations(cfg.trainer.max_steps), ckpt_path=str(ckpt) if ckpt else None)
             if module.pending_signal:  # stopped at the end of an iteration: several ranks together (StopTogether), or a swallowed raise
                 raise Interrupted(module.pending_signal)
