@@ -31,7 +31,7 @@ def data_dir(tmp_path):
 
 @pytest.fixture(scope="module")
 def generated():
-    return SearchQAEnv(num_passages=600)
+    return SearchQAEnv(num_passages=600, kinds=["single", "bridge", "comparison"])  # every kind, not the default single-hop
 
 
 def test_answer_normalisation_is_squads():

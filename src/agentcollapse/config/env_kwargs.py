@@ -102,8 +102,9 @@ class SearchQAKwargs:
     )
     world_seed: int = opt(0, help="generated world: the seed of its names and facts (questions are drawn per episode seed)")
     kinds: list[str] = opt(
-        factory=lambda: ["single", "bridge", "comparison"],
-        help="generated questions drawn from: single (one hop) | bridge (two hops) | comparison (of two entities)",
+        factory=lambda: ["single"],
+        help="generated questions drawn from: single (one hop) | bridge (two hops) | comparison (of two entities); single "
+        "only by default (the headroom SmolLM2 needs), [single,bridge,comparison] for Search-R1's multi-hop mix",
     )
     top_k: int = opt(3, help="passages a search shows")
     max_turns: int = opt(4, help="turn budget: searches plus the answer (bridge and comparison questions need 3)")
