@@ -302,7 +302,7 @@ FIRST_BATCH_KEYS = ("rollout/success_rate", "rollout/response_length")  # step 1
 
 def val_episodes(metrics_path: str, default: int = 64) -> int:
     """Episodes per evaluation, from the run's committed config beside its metrics (the plan's 64 without one)."""
-    config = Path(metrics_path.removesuffix("-metrics.csv") + "-config.yaml")
+    config = _beside(metrics_path, "config.yaml")
     if not config.is_file():
         return default
     return int(OmegaConf.select(OmegaConf.load(config), "trainer.val_episodes", default=default))
@@ -436,9 +436,14 @@ def read_run(path: str, length: int | None = None, plan: Plan = SECTION_10) -> d
     }
 
 
+def _beside(metrics_path: str, name: str) -> Path:
+    """The committed run's file ``name`` (``config.yaml``, ``summary.json``) beside its ``-metrics.csv``."""
+    return Path(metrics_path.removesuffix("-metrics.csv") + f"-{name}")
+
+
 def _summary(metrics_path: str) -> dict:
     """The run's committed ``summary.json`` beside its metrics ({} without one)."""
-    path = Path(metrics_path.removesuffix("-metrics.csv") + "-summary.json")
+    path = _beside(metrics_path, "summary.json")
     return json.loads(path.read_text()) if path.is_file() else {}
 
 

@@ -86,9 +86,10 @@ def preflight(cfg: RunConfig, claim_run_dir: bool = True) -> tuple[Path, Path | 
 def train(cfg_in: DictConfig | RunConfig) -> dict[str, Any]:
     """Build everything from the config, train, and return the run's summary dict."""
     cfg = load_run_config(cfg_in)
+    cpu_flags = cpu.cpu_flags()
     if launched_rank() == 0:
         run_dir, ckpt = preflight(cfg)  # type: ignore[misc]
-        if warning := cpu.slow_bf16_warning(cfg):  # a warning, not an error: bf16 may be the setting under test
+        if warning := cpu.slow_bf16_warning(cfg, cpu_flags):  # a warning, not an error: bf16 may be the setting under test
             log.warning(warning)
     else:  # a DDP rank Lightning relaunched: rank 0 owns the run directory and its record
         run_dir = Path(cfg.run_dir).expanduser()
@@ -125,7 +126,7 @@ def train(cfg_in: DictConfig | RunConfig) -> dict[str, Any]:
             if sha is not None:
                 recorder.facts["policy_weights_sha256"] = sha
             recorder.facts["allocator"] = allocator.in_use()  # the timings' context (run.allocator)
-            recorder.facts["cpu"] = cpu.cpu_summary(cpu.cpu_flags())  # and the kernels' (a rebuilt warm start differs across CPUs)
+            recorder.facts["cpu"] = cpu.cpu_summary(cpu_flags)  # and the kernels' (a rebuilt warm start differs across CPUs)
             trainer.fit(module, train_dataloaders=run_trainer.iterations(cfg.trainer.max_steps), ckpt_path=str(ckpt) if ckpt else None)
             if module.pending_signal:  # stopped at the end of an iteration: several ranks together (StopTogether), or a swallowed raise
                 raise Interrupted(module.pending_signal)
